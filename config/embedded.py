@@ -1,0 +1,58 @@
+"""The embedded runtime: a local PostgreSQL (pgserver) and a server-less Celery broker.
+
+Used only when ``DATABASE_URL`` / ``CELERY_BROKER_URL`` are not set. Every local process
+(web, worker, beat, tests) calls :func:`database_url`; pgserver keeps one server per data
+folder, shared by all of them through a lock file and a list of handle pids, and it detects
+a stale ``postmaster.pid`` left by a crashed server before it starts a new one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(os.environ.get("SWITCHYARD_DATA_DIR", BASE_DIR / ".data"))
+
+
+def database_settings() -> dict[str, object]:
+    """Start (or join) the embedded PostgreSQL and answer Django's connection settings."""
+    # pgserver keeps its inter-process lock under the runtime folder: give every local
+    # process the same one (and no warning about a missing XDG_RUNTIME_DIR).
+    runtime = DATA_DIR / "run"
+    runtime.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
+    import pgserver  # imported lazily: production never loads it
+
+    pgdata = DATA_DIR / "pg"
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    server = pgserver.get_server(pgdata, cleanup_mode="stop")
+    info = server.get_postmaster_info()
+    socket_dir = info.socket_dir
+    if socket_dir is None:  # pragma: no cover - pgserver always uses a socket on Linux
+        raise RuntimeError("embedded PostgreSQL did not report a socket directory")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "postgres",
+        "USER": "postgres",
+        "HOST": str(socket_dir),
+        "PORT": "",
+    }
+
+
+def broker_settings() -> dict[str, object]:
+    """Celery settings for kombu's filesystem transport, shared by all local processes."""
+    root = DATA_DIR / "broker"
+    queue = root / "queue"
+    processed = root / "processed"
+    for folder in (queue, processed):
+        folder.mkdir(parents=True, exist_ok=True)
+    return {
+        "broker_url": "filesystem://",
+        "broker_transport_options": {
+            "data_folder_in": str(queue),
+            "data_folder_out": str(queue),
+            "processed_folder": str(processed),
+            "store_processed": False,
+        },
+    }

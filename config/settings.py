@@ -1,0 +1,232 @@
+"""Django settings for Switchyard, driven by the environment.
+
+Deployment reads: DATABASE_URL, CELERY_BROKER_URL, SECRET_KEY, DEBUG, ALLOWED_HOSTS,
+EMAIL_URL (smtp://user:pass@host:port, or console:// / locmem://), LOG_FORMAT (json|text),
+WORKFLOWS_EXECUTOR_ENABLED (false makes a recording-only node), METRICS_TOKEN.
+Without DATABASE_URL an embedded PostgreSQL starts (see config/embedded.py); without
+CELERY_BROKER_URL a server-less filesystem broker is used.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import dj_database_url
+
+from config import embedded
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+DEBUG = env_bool("DEBUG", False)
+# The fallback key is for local development only; `check --deploy` flags it in production.
+SECRET_KEY = os.environ.get("SECRET_KEY") or "django-insecure-switchyard-development-only-key-0123456789"
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+    "workflows",
+    "capture",
+    "designer",
+    "demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "capture.middleware.CaptureActorMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database -------------------------------------------------------------------------
+if os.environ.get("DATABASE_URL"):
+    _db = dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=60, conn_health_checks=True)
+    EMBEDDED_DATABASE = False
+else:
+    _db = embedded.database_settings()
+    EMBEDDED_DATABASE = True
+_db.setdefault("OPTIONS", {})
+_db["OPTIONS"].setdefault("application_name", os.environ.get("SWITCHYARD_PROCESS", "switchyard"))
+_db["TEST"] = {"NAME": os.environ.get("SWITCHYARD_TEST_DB", "test_switchyard")}
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- auth, i18n, static ---------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/tasks/"
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # request bodies are capped before parsing
+
+# --- security -------------------------------------------------------------------------
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if not DEBUG and env_bool("SECURE_COOKIES", False):
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+
+# --- email ----------------------------------------------------------------------------
+_email_url = os.environ.get("EMAIL_URL", "console://")
+_email = urlparse(_email_url)
+if _email.scheme in ("smtp", "smtps", "submission"):
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_HOST = _email.hostname or "localhost"
+    EMAIL_PORT = _email.port or (465 if _email.scheme == "smtps" else 587 if _email.scheme == "submission" else 25)
+    EMAIL_HOST_USER = unquote(_email.username or "")
+    EMAIL_HOST_PASSWORD = unquote(_email.password or "")
+    EMAIL_USE_SSL = _email.scheme == "smtps"
+    EMAIL_USE_TLS = _email.scheme == "submission"
+elif _email.scheme == "locmem":
+    EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "switchyard@localhost")
+SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000")
+
+# --- Celery (transport only: the database is the truth) ---------------------------------
+if os.environ.get("CELERY_BROKER_URL"):
+    CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+    EMBEDDED_BROKER = False
+else:
+    _broker = embedded.broker_settings()
+    CELERY_BROKER_URL = str(_broker["broker_url"])
+    CELERY_BROKER_TRANSPORT_OPTIONS = dict(_broker["broker_transport_options"])  # type: ignore[arg-type]
+    EMBEDDED_BROKER = True
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "workflows-sweep": {"task": "workflows.sweep", "schedule": float(os.environ.get("SWEEP_INTERVAL_SECONDS", "2"))},
+    "capture-sweep": {"task": "capture.sweep", "schedule": float(os.environ.get("SWEEP_INTERVAL_SECONDS", "2"))},
+    "capture-retention": {"task": "capture.retention", "schedule": 3600.0},
+}
+
+# --- REST framework -------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "workflows.api.errors.problem_exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.AnonRateThrottle",
+        "rest_framework.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "anon": os.environ.get("THROTTLE_ANON", "60/minute"),
+        "user": os.environ.get("THROTTLE_USER", "6000/minute"),
+    },
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Switchyard API",
+    "DESCRIPTION": "Durable, versioned workflows over your records.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- workflows --------------------------------------------------------------------------
+# Every key and default comes from the reference texts; workflows.conf validates them at
+# start-up and `manage.py check` reports unknown keys.
+WORKFLOWS: dict[str, dict[str, object]] = {
+    "RECORDING": {},
+    "EXECUTOR": {"ENABLED": env_bool("WORKFLOWS_EXECUTOR_ENABLED", True)},
+    "DEFINITIONS": {},
+    "CAPTURE": {},
+    "MIGRATE": {},
+}
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+
+# --- logging ----------------------------------------------------------------------------
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "text" if DEBUG or EMBEDDED_DATABASE else "json")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "workflows": {"level": os.environ.get("WORKFLOWS_LOG_LEVEL", "INFO")},
+        "pgserver": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,120 @@
+"""The ``WORKFLOWS`` setting: one typed object with the reference defaults.
+
+Unknown keys and unsafe values fail start-up (``AppConfig.ready``) and ``manage.py check``
+with a message that names the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+# section -> key -> (default, minimum or None, type)
+SPEC: dict[str, dict[str, tuple[Any, Any, type]]] = {
+    "RECORDING": {
+        "MAX_PAYLOAD_BYTES": (262144, 1024, int),
+        "LOCK_TIMEOUT_MS": (5000, 1, int),
+        "MAX_OPEN_SIGNALS_PER_INSTANCE": (100, 1, int),
+        "SCHEMA_CACHE_MAX_ENTRIES": (256, 1, int),
+    },
+    "EXECUTOR": {
+        "ENABLED": (True, None, bool),
+        "LEASE_SECONDS": (30, 3, int),
+        "MAX_ATTEMPTS": (5, 1, int),
+        "MAX_STEPS_PER_SEGMENT": (1000, 2, int),
+        "TRANSIENT_BACKOFF_BASE_MS": (200, 1, int),
+        "TRANSIENT_BACKOFF_MAX_MS": (30000, 1, int),
+        "STUCK_AFTER_SECONDS": (300, 1, int),
+        "CLAIM_BATCH": (16, 1, int),
+        "DRAIN_SECONDS": (20, 1, int),
+        "MAX_CALL_DEPTH": (16, 1, int),
+    },
+    "DEFINITIONS": {
+        "MAX_DOCUMENT_SIZE_BYTES": (262144, 1024, int),
+        "CACHE_MAX_ENTRIES": (500, 1, int),
+        "CACHE_TTL_SECONDS": (0, 0, int),
+        "PUBLICATION_CLAIM_TIMEOUT_SECONDS": (300, 1, int),
+    },
+    "CAPTURE": {
+        "LEASE_SECONDS": (300, 3, int),
+        "RETAIN_DAYS": (7, 1, int),
+    },
+    "MIGRATE": {
+        "APPLY_BATCH": (200, 1, int),
+    },
+}
+
+
+@dataclass(frozen=True)
+class Section:
+    values: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+@dataclass(frozen=True)
+class WorkflowSettings:
+    RECORDING: Section
+    EXECUTOR: Section
+    DEFINITIONS: Section
+    CAPTURE: Section
+    MIGRATE: Section
+
+
+def problems(raw: Any) -> list[str]:
+    """Every problem of a raw WORKFLOWS value, each naming its key."""
+    found: list[str] = []
+    if not isinstance(raw, dict):
+        return ["WORKFLOWS must be a dict"]
+    for section, keys in raw.items():
+        if section not in SPEC:
+            found.append(f"WORKFLOWS[{section!r}] is not a known section ({', '.join(SPEC)})")
+            continue
+        if not isinstance(keys, dict):
+            found.append(f"WORKFLOWS[{section!r}] must be a dict")
+            continue
+        for key, value in keys.items():
+            spec = SPEC[section].get(key)
+            if spec is None:
+                found.append(f"WORKFLOWS[{section!r}][{key!r}] is not a known key")
+                continue
+            _default, minimum, kind = spec
+            if kind is bool:
+                if not isinstance(value, bool):
+                    found.append(f"WORKFLOWS[{section!r}][{key!r}] must be true or false")
+            elif isinstance(value, bool) or not isinstance(value, kind):
+                found.append(f"WORKFLOWS[{section!r}][{key!r}] must be an integer")
+            elif minimum is not None and value < minimum:
+                found.append(f"WORKFLOWS[{section!r}][{key!r}] must be at least {minimum}")
+    return found
+
+
+def build(raw: Any) -> WorkflowSettings:
+    found = problems(raw)
+    if found:
+        raise ImproperlyConfigured("; ".join(found))
+    sections = {}
+    for section, keys in SPEC.items():
+        values = {key: spec[0] for key, spec in keys.items()}
+        values.update((raw or {}).get(section, {}))
+        sections[section] = Section(values)
+    return WorkflowSettings(**sections)
+
+
+@lru_cache(maxsize=1)
+def get() -> WorkflowSettings:
+    return build(getattr(django_settings, "WORKFLOWS", {}))
+
+
+def reload() -> WorkflowSettings:
+    """Drop the cached settings (tests that override WORKFLOWS call this)."""
+    get.cache_clear()
+    return get()

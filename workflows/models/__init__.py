@@ -1,0 +1,45 @@
+from workflows.models.actors import ActorKind, AttributionStatus
+from workflows.models.branches import Branch, BranchStatus, Join
+from workflows.models.commands import (
+    Command,
+    CommandKind,
+    CommandStatus,
+    Dedup,
+    EffectMarker,
+    OutboxIntent,
+    Timer,
+    TimerKind,
+)
+from workflows.models.definitions import Activation, DefinitionStatus, DefinitionVersion
+from workflows.models.history import HistoryEntry
+from workflows.models.parks import Park, ParkKind
+from workflows.models.runs import ENDED_STATUSES, LIVE_STATUSES, Run, RunStatus
+from workflows.models.tasks import Task, TaskStatus
+
+__all__ = [
+    "ENDED_STATUSES",
+    "LIVE_STATUSES",
+    "Activation",
+    "ActorKind",
+    "AttributionStatus",
+    "Branch",
+    "BranchStatus",
+    "Command",
+    "CommandKind",
+    "CommandStatus",
+    "Dedup",
+    "DefinitionStatus",
+    "DefinitionVersion",
+    "EffectMarker",
+    "HistoryEntry",
+    "Join",
+    "OutboxIntent",
+    "Park",
+    "ParkKind",
+    "Run",
+    "RunStatus",
+    "Task",
+    "TaskStatus",
+    "Timer",
+    "TimerKind",
+]

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+from workflows.models.actors import ActorColumns
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    WAITING = "WAITING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    COMPENSATING = "COMPENSATING"
+    COMPENSATED = "COMPENSATED"
+    EXPIRED = "EXPIRED"
+
+
+ENDED_STATUSES = (RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.COMPENSATED, RunStatus.EXPIRED)
+LIVE_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.COMPENSATING)
+
+
+class Run(ActorColumns):
+    """A workflow instance. Its row lock (FOR NO KEY UPDATE) is the execution lock.
+
+    The per-instance queue counters (next command sequence, open-signal count, next
+    history sequence) live on this row: they are only ever changed under that lock.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    scope = models.CharField(max_length=255, default="default")  # definition scope (pin)
+    definition_id = models.CharField(max_length=255)
+    version = models.PositiveIntegerField()
+    plan_hash = models.CharField(max_length=64)
+    start_scope = models.CharField(max_length=255, default="default")
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
+    state = models.JSONField(null=True, blank=True)
+    state_version = models.PositiveIntegerField(default=0)
+    current_step = models.CharField(max_length=255, null=True, blank=True)
+    wait = models.JSONField(null=True, blank=True)  # {"kind": "signal"|"timer"|"task"|"call"|"join", ...}
+    subject_type = models.CharField(max_length=64, blank=True, default="")
+    subject_id = models.CharField(max_length=255, blank=True, default="")
+    subject_version = models.CharField(max_length=64, blank=True, default="")
+    business_key = models.CharField(max_length=255, blank=True, default="")
+    context = models.JSONField(null=True, blank=True)
+    failure_code = models.CharField(max_length=64, blank=True, default="")
+    failure_message = models.CharField(max_length=4000, blank=True, default="")
+    parent_run = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children", db_index=True
+    )
+    parent_step = models.CharField(max_length=255, blank=True, default="")
+    parent_branch = models.CharField(max_length=255, blank=True, default="")
+    call_depth = models.PositiveIntegerField(default=0)
+    compensation = models.JSONField(null=True, blank=True)  # completed steps with compensations, in order
+    next_seq = models.PositiveIntegerField(default=1)
+    open_signals = models.PositiveIntegerField(default=0)
+    history_seq = models.PositiveIntegerField(default=0)
+    cancel_reason = models.CharField(max_length=255, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "workflow_runs"
+        indexes = [
+            models.Index(fields=["definition_id", "scope", "version", "status"], name="workflow_run_by_pin"),
+            models.Index(fields=["status", "updated_at"], name="workflow_run_by_status"),
+            models.Index(fields=["subject_type", "subject_id"], name="workflow_run_by_subject"),
+            models.Index(fields=["start_scope", "definition_id", "business_key"], name="workflow_run_by_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.definition_id} v{self.version} run {self.id}"
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED_STATUSES
+
+    @property
+    def subject(self) -> dict[str, str] | None:
+        if not self.subject_type and not self.subject_id:
+            return None
+        return {"type": self.subject_type, "id": self.subject_id, "version": self.subject_version}

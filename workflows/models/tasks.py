@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+
+class TaskStatus(models.TextChoices):
+    OPEN = "OPEN"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    EXPIRED = "EXPIRED"
+    CANCELLED = "CANCELLED"
+    WITHDRAWN = "WITHDRAWN"
+
+
+class Task(models.Model):
+    """A human task (approval). The decision snapshot is stored when the task opens."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey("workflows.Run", on_delete=models.CASCADE, related_name="tasks")
+    branch_id = models.CharField(max_length=255, blank=True, default="")
+    step = models.CharField(max_length=255)
+    title = models.CharField(max_length=500)
+    description = models.TextField(blank=True, default="")
+    task_type = models.CharField(max_length=64, default="approval")
+    assignment_mode = models.CharField(max_length=16)  # user | group
+    assignment_value = models.CharField(max_length=255)
+    status = models.CharField(max_length=12, choices=TaskStatus.choices, default=TaskStatus.OPEN)
+    decisions = models.JSONField(default=list)  # [{"name", "schema", "label"}]
+    require_version_stability = models.BooleanField(default=False)
+    subject_version = models.CharField(max_length=64, blank=True, default="")
+    due_at = models.DateTimeField(null=True, blank=True)
+    reminder_every_seconds = models.FloatField(null=True, blank=True)
+    reminder_count = models.PositiveIntegerField(default=0)
+    reservation_owner = models.BigIntegerField(null=True, blank=True)  # COMPLETION command id
+    decision = models.CharField(max_length=255, blank=True, default="")
+    completed_by = models.CharField(max_length=255, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "workflow_tasks"
+        indexes = [
+            models.Index(
+                fields=["assignment_mode", "assignment_value"],
+                name="workflow_task_inbox",
+                condition=models.Q(status__in=["OPEN", "COMPLETING"]),
+            ),
+            models.Index(fields=["run", "status"], name="workflow_task_by_run"),
+        ]
+
+    def __str__(self) -> str:
+        return self.title

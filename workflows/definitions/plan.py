@@ -14,12 +14,38 @@ from typing import Any, Protocol
 
 
 class Computation(Protocol):
-    """A value computed from variables: CEL (``kind == "cel"``) or a named callback."""
+    """A value computed from variables: CEL (``kind == "cel"``) or a named callback.
 
-    kind: str  # "cel" | "callback"
+    The implementations (``expressions.CelComputation``, ``expressions.Template`` with
+    ``kind == "template"``, ``catalogs.CallbackComputation``) also carry ``merge``: true for a
+    CEL ``set:`` whose map result is merged key by key into the state, false for a callback
+    reducer/mutator that returns the whole new state. Use :func:`apply_update` for state
+    updates. CEL results are plain JSON-like Python values (timestamps as RFC 3339 text,
+    durations as seconds); a failed evaluation raises ``exceptions.ExpressionFailed``.
+    """
+
+    kind: str  # "cel" | "callback" | "template"
     source: str  # the expression text or the callback name (for diagnostics, never values)
 
     def evaluate(self, variables: Mapping[str, Any]) -> Any: ...
+
+
+def apply_update(computation: Computation | None, state: Any, variables: Mapping[str, Any]) -> Any:
+    """The state after a ``set`` / reducer / mutator: a CEL map is merged key by key into the
+    state (a shallow merge; a key set to null stays null), a callback's result replaces it.
+    ``variables`` should include ``state``; ``None`` leaves the state unchanged."""
+    if computation is None:
+        return state
+    result = computation.evaluate(variables)
+    if getattr(computation, "merge", False):
+        if not isinstance(result, Mapping):
+            from workflows.exceptions import ExpressionFailed
+
+            raise ExpressionFailed("a set expression must give a map")
+        merged = dict(state) if isinstance(state, Mapping) else {}
+        merged.update(result)
+        return merged
+    return result
 
 
 @dataclass(frozen=True)
@@ -31,7 +57,11 @@ class Contract:
 
 @dataclass(frozen=True)
 class Delay:
-    """``after`` (ISO-8601 duration, seconds) or ``at`` (a computation giving an instant)."""
+    """``after`` (ISO-8601 duration, seconds) or ``at`` (a computation giving an instant).
+
+    ``at`` gives RFC 3339 text (CEL ``timestamp(...)`` comes back as ``...Z`` text), an aware
+    ``datetime`` (a timer-resolver callback may return one) or a number of seconds from now.
+    """
 
     seconds: float | None = None
     at: Computation | None = None
@@ -106,6 +136,8 @@ class HumanTaskStep(Step):
     due: Due | None = None
     reminder_every_seconds: float | None = None
     require_version_stability: bool = False
+    title_template: Computation | None = None  # renders ``title`` (vars: state) -> str
+    description_template: Computation | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +151,9 @@ class Route:
 class DecisionStep(Step):
     routes: tuple[Route, ...] = ()
     default: str = ""
+    # named conditions the routes use: name -> callback computation (vars: state); evaluate
+    # each once per decision evaluation
+    conditions: Mapping[str, Computation] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -157,6 +192,8 @@ class EmailStep(Step):
     to: Computation | None = None  # list of addresses or a single address
     subject: str = ""  # template
     body: str = ""  # template
+    subject_template: Computation | None = None  # renders ``subject`` (vars: state) -> str
+    body_template: Computation | None = None
 
 
 @dataclass(frozen=True)
@@ -164,6 +201,7 @@ class AgentStep(Step):
     agent: str = ""  # registered callable
     input: Computation | None = None
     set: Computation | None = None  # vars: state, result
+    call: Computation | None = None  # the registered agent (vars: input, state) -> result
 
 
 @dataclass(frozen=True)
@@ -171,6 +209,7 @@ class ScriptStep(Step):
     script: str = ""  # registered callable
     input: Computation | None = None
     set: Computation | None = None
+    call: Computation | None = None  # the registered script (vars: input, state) -> result
 
 
 @dataclass(frozen=True)
@@ -215,6 +254,14 @@ class Plan:
     trigger: Trigger | None = None
     activate_on_deploy: bool = True
     text_digest: str = ""
+    # the normalised compiled structure the plan hash covers (plain JSON; for the designer)
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    state_schema_name: str | None = None  # the catalog name, when stateSchema named one
+
+    @property
+    def signal_names(self) -> tuple[str, ...]:
+        """The signals some wait of this plan accepts, sorted."""
+        return tuple(sorted({s.signal for s in self.steps.values() if isinstance(s, WaitSignalStep)}))
 
     def step(self, step_id: str) -> Step:
         return self.steps[step_id]

@@ -1,0 +1,233 @@
+"""JSON Schema validation for definitions and for the engine's payload checks.
+
+- :func:`validate` answers value-free :class:`~workflows.exceptions.Violation` s: an RFC 6901
+  pointer into the instance, the failing keyword as ``type`` (``required``, ``minimum``,
+  ``maxLength``, ``pattern`` ...) and a message composed from those two only. jsonschema's
+  own messages quote the instance, so they are never used.
+- :func:`check_schema` refuses a non-local ``$ref`` (anything not starting with ``#``)
+  anywhere in the schema *before* it is compiled, then checks the schema against its
+  metaschema and that every ``pattern`` compiles under RE2.
+- ``pattern`` and ``patternProperties`` use google-re2, so a catastrophic pattern is matched in
+  linear time; a pattern RE2 cannot run (look-around, back-references) is a schema violation.
+- Compiled validators are cached per process by the SHA-256 of the canonical schema JSON, LRU,
+  ``WORKFLOWS["RECORDING"]["SCHEMA_CACHE_MAX_ENTRIES"]`` entries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
+from typing import Any
+
+import re2
+from jsonschema import Draft202012Validator, ValidationError, validators
+from jsonschema.exceptions import SchemaError
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+
+from workflows import conf
+from workflows.exceptions import Violation
+
+MAX_VIOLATIONS = 100
+REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+@lru_cache(maxsize=1024)
+def _regex(pattern: str) -> Any:
+    return re2.compile(pattern, _RE2_OPTIONS)
+
+
+def _re2_pattern(validator: Any, patrn: str, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not _regex(patrn).search(instance):
+        yield ValidationError("does not match pattern")
+
+
+def _re2_pattern_properties(
+    validator: Any, pattern_properties: Mapping[str, Any], instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in pattern_properties.items():
+        regex = _regex(pattern)
+        for key, value in instance.items():
+            if regex.search(key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+Re2Validator = validators.extend(
+    Draft202012Validator,
+    validators={"pattern": _re2_pattern, "patternProperties": _re2_pattern_properties},
+)
+# No retrieval: a reference that is not inside the schema itself can never be resolved.
+_EMPTY_REGISTRY: Registry = Registry()
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no whitespace, integral floats as integers: equal schemas, equal text."""
+    return json.dumps(_normalise_numbers(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _normalise_numbers(value: Any) -> Any:
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {str(k): _normalise_numbers(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalise_numbers(v) for v in value]
+    return value
+
+
+def schema_digest(schema: Any) -> str:
+    return hashlib.sha256(canonical_json(schema).encode("utf-8")).hexdigest()
+
+
+def escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def pointer(parts: Any) -> str:
+    return "".join("/" + escape(str(part)) for part in parts)
+
+
+def nonlocal_refs(schema: Any) -> list[str]:
+    """Pointers (into the schema) of every ``$ref`` that is not a local ``#...`` reference."""
+    found: list[str] = []
+    stack: list[tuple[Any, str]] = [(schema, "")]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                here = f"{at}/{escape(str(key))}"
+                if key in REF_KEYWORDS and not (isinstance(value, str) and value.startswith("#")):
+                    found.append(here)
+                stack.append((value, here))
+        elif isinstance(node, list):
+            stack.extend((value, f"{at}/{index}") for index, value in enumerate(node))
+    return sorted(found)
+
+
+def check_schema(schema: Any, *, at: str = "") -> list[Violation]:
+    """Every problem of a schema itself (pointers are ``at`` + the pointer inside the schema)."""
+    if isinstance(schema, bool):
+        return []
+    if not isinstance(schema, Mapping):
+        return [Violation(at, "type", "a schema must be an object or a boolean")]
+    refs = nonlocal_refs(schema)
+    if refs:
+        return [Violation(at + ref, "$ref", "only local references (#...) are allowed in a schema") for ref in refs]
+    found: list[Violation] = []
+    try:
+        Re2Validator.check_schema(schema)
+    except SchemaError as error:
+        found.append(Violation(at + pointer(error.absolute_path), "schema", f"invalid schema ({error.validator})"))
+        return found
+    stack: list[tuple[Any, str]] = [(schema, at)]
+    while stack:
+        node, here = stack.pop()
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                child = f"{here}/{escape(str(key))}"
+                if key == "pattern" and isinstance(value, str):
+                    found.extend(_check_pattern(value, child))
+                elif key == "patternProperties" and isinstance(value, Mapping):
+                    for pattern in value:
+                        found.extend(_check_pattern(str(pattern), f"{child}/{escape(str(pattern))}"))
+                stack.append((value, child))
+        elif isinstance(node, list):
+            stack.extend((value, f"{here}/{index}") for index, value in enumerate(node))
+    try:
+        _compiled(schema)
+    except Unresolvable:
+        found.append(Violation(at, "$ref", "a local reference does not resolve"))
+    return sorted(found, key=lambda v: v.pointer)
+
+
+def _check_pattern(pattern: str, at: str) -> list[Violation]:
+    try:
+        _regex(pattern)
+    except Exception:  # noqa: BLE001 - re2.Error and friends: the pattern is refused either way
+        return [Violation(at, "pattern", "pattern is not supported (RE2 syntax: no look-around or back-references)")]
+    return []
+
+
+# --- the compiled-validator cache ------------------------------------------------------------
+
+
+class _ValidatorCache:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, Any] = OrderedDict()
+
+    def get(self, schema: Any) -> Any:
+        key = schema_digest(schema)
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                return found
+        compiled = Re2Validator(schema, registry=_EMPTY_REGISTRY)
+        limit = conf.get().RECORDING.SCHEMA_CACHE_MAX_ENTRIES
+        with self._lock:
+            self._entries[key] = compiled
+            self._entries.move_to_end(key)
+            while len(self._entries) > limit:
+                self._entries.popitem(last=False)
+        return compiled
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+validator_cache = _ValidatorCache()
+
+
+def _compiled(schema: Any) -> Any:
+    return validator_cache.get(schema)
+
+
+def _message(keyword: str) -> str:
+    return f"violates {keyword}"
+
+
+def validate(schema: Any, instance: Any) -> list[Violation]:
+    """Value-free violations of ``instance`` against ``schema`` (empty: valid).
+
+    Ordered by pointer then keyword; at most :data:`MAX_VIOLATIONS`. A schema with a non-local
+    ``$ref`` gives one ``$ref`` violation at the root and is never compiled.
+    """
+    if schema is None or schema is True:
+        return []
+    if nonlocal_refs(schema):
+        return [Violation("", "$ref", "the schema has a non-local reference")]
+    compiled = _compiled(schema)
+    found: list[Violation] = []
+    try:
+        errors = list(compiled.iter_errors(instance))
+    except Unresolvable:
+        return [Violation("", "$ref", "a local reference in the schema does not resolve")]
+    for error in errors:
+        keyword = str(error.validator)
+        at = pointer(error.absolute_path)
+        if keyword == "required":
+            present = error.instance if isinstance(error.instance, Mapping) else {}
+            for name in (name for name in error.validator_value if name not in present):
+                found.append(Violation(f"{at}/{escape(str(name))}", "required", "is required"))
+            continue
+        found.append(Violation(at, keyword, _message(keyword)))
+        if len(found) >= MAX_VIOLATIONS:
+            break
+    unique = {(v.pointer, v.type): v for v in found}
+    return sorted(unique.values(), key=lambda v: (v.pointer, v.type))[:MAX_VIOLATIONS]

@@ -1,0 +1,204 @@
+"""The exception hierarchy. Each error carries a stable ``code``, an HTTP ``status`` for the
+API's problem+json mapping, ``retryable`` and value-free ``violations``.
+
+Messages are framework-composed text: they may name a definition id, a version, a step, a
+signal name or a field pointer, but never a submitted value, exception text or class name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One value-free problem: an RFC 6901 pointer, a type (schema keyword...) and a message."""
+
+    pointer: str
+    type: str
+    message: str
+    line: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"pointer": self.pointer, "type": self.type, "message": self.message}
+        if self.line is not None:
+            data["line"] = self.line
+        return data
+
+
+class WorkflowError(Exception):
+    code = "WORKFLOW_ERROR"
+    status = 400
+    retryable = False
+    title = "Workflow error"
+
+    def __init__(self, message: str = "", *, violations: list[Violation] | None = None, code: str | None = None):
+        super().__init__(message or self.title)
+        self.message = message or self.title
+        self.violations: list[Violation] = list(violations or [])
+        if code:
+            self.code = code
+
+
+class InvalidPayload(WorkflowError):
+    code = "INVALID_PAYLOAD"
+    title = "Invalid payload"
+
+
+class IdempotencyConflict(WorkflowError):
+    code = "IDEMPOTENCY_CONFLICT"
+    status = 409
+    title = "Idempotency key reused with another request"
+
+
+class InstanceNotFound(WorkflowError):
+    code = "INSTANCE_NOT_FOUND"
+    status = 404
+    title = "Run not found"
+
+
+class TaskNotFound(WorkflowError):
+    code = "TASK_NOT_FOUND"
+    status = 404
+    title = "Task not found"
+
+
+class TaskNotWaiting(WorkflowError):
+    code = "TASK_NOT_WAITING"
+    status = 409
+    title = "Task is not waiting for a decision"
+
+
+class SignalRejected(WorkflowError):
+    code = "SIGNAL_REJECTED"
+    status = 409
+    title = "Signal rejected"
+
+
+class SignalLimit(WorkflowError):
+    code = "SIGNAL_LIMIT"
+    status = 429
+    title = "Too many open signals for this run"
+
+
+class MigrationIllegalState(WorkflowError):
+    code = "MIGRATION_ILLEGAL_STATE"
+    status = 409
+    title = "Migration refused"
+
+
+class LockTimeout(WorkflowError):
+    """The run was busy for longer than LOCK_TIMEOUT_MS: retry the whole transaction."""
+
+    code = "LOCK_TIMEOUT"
+    status = 503
+    retryable = True
+    title = "Run is busy; retry"
+
+
+class PersistenceError(WorkflowError):
+    code = "PERSISTENCE"
+    status = 503
+    retryable = True
+    title = "Database unavailable; retry"
+
+
+class NodeRoleError(WorkflowError):
+    code = "NODE_ROLE"
+    status = 409
+    title = "Not available on a recording-only node"
+
+
+# --- definitions --------------------------------------------------------------------------
+
+
+class DefinitionError(WorkflowError):
+    """A document that does not parse, validate or compile (every violation listed)."""
+
+    code = "DEFINITION_INVALID"
+    status = 422
+    title = "Invalid definition"
+
+
+class UnknownTypeName(DefinitionError):
+    code = "UNKNOWN_TYPE_NAME"
+    title = "Unknown name"
+
+
+class ContractMismatch(DefinitionError):
+    code = "CONTRACT_MISMATCH"
+    status = 409
+    title = "Contract mismatch"
+
+
+class DefinitionMissing(WorkflowError):
+    code = "DEFINITION_MISSING"
+    status = 404
+    title = "Definition not found"
+
+
+class NoCurrentVersion(WorkflowError):
+    code = "NO_CURRENT_VERSION"
+    status = 422
+    title = "No current version"
+
+
+class VersionNotRunnable(WorkflowError):
+    code = "VERSION_NOT_RUNNABLE"
+    status = 422
+    title = "Version not runnable"
+
+
+class LifecycleError(WorkflowError):
+    """A refused lifecycle transition; ``code`` is the reference's reason."""
+
+    code = "INVALID_TRANSITION"
+    status = 409
+    title = "Lifecycle transition refused"
+
+
+class Deprecated(LifecycleError):
+    code = "DEPRECATED"
+    title = "Version is deprecated"
+
+
+class PinnedInstances(LifecycleError):
+    code = "PINNED_INSTANCES"
+    title = "Live runs are pinned to this version"
+
+
+@dataclass
+class ErrorBody:
+    code: str
+    message: str
+    violations: list[dict[str, Any]] = field(default_factory=list)
+
+
+# --- definitions: additions ---------------------------------------------------------------
+
+
+class InvalidArgument(WorkflowError, ValueError):
+    """An argument that can never be valid (blank scope key, control characters, version < 1)."""
+
+    code = "INVALID_ARGUMENT"
+    status = 400
+    title = "Invalid argument"
+
+
+class ExpressionFailed(WorkflowError):
+    """A CEL expression or template failed at evaluation (missing key, type mismatch, budget)."""
+
+    code = "EXPRESSION_FAILED"
+    status = 422
+    title = "Expression failed"
+
+
+class Drift(LifecycleError):
+    code = "DRIFT"
+    title = "Stored definition drifted from its compiled plan"
+
+
+class LoaderMissing(LifecycleError):
+    code = "LOADER_MISSING"
+    title = "No loader for the stored document"

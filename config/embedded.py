@@ -8,25 +8,31 @@ a stale ``postmaster.pid`` left by a crashed server before it starts a new one.
 
 from __future__ import annotations
 
+import atexit
 import os
 from pathlib import Path
+from typing import Any
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("SWITCHYARD_DATA_DIR", BASE_DIR / ".data"))
 
 
-def database_settings() -> dict[str, object]:
+def database_settings() -> dict[str, Any]:
     """Start (or join) the embedded PostgreSQL and answer Django's connection settings."""
     # pgserver keeps its inter-process lock under the runtime folder: give every local
     # process the same one (and no warning about a missing XDG_RUNTIME_DIR).
     runtime = DATA_DIR / "run"
     runtime.mkdir(parents=True, exist_ok=True)
+    runtime.chmod(0o700)  # platformdirs ignores (with a warning) a runtime dir others can read
     os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
     import pgserver  # imported lazily: production never loads it
 
     pgdata = DATA_DIR / "pg"
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = pgserver.get_server(pgdata, cleanup_mode="stop")
+    # Registered after pgserver's own exit hook, so it runs first (atexit is last-in,
+    # first-out): the last live process then really is the last handle and stops the server.
+    atexit.register(_forget_dead_handles, server)
     info = server.get_postmaster_info()
     socket_dir = info.socket_dir
     if socket_dir is None:  # pragma: no cover - pgserver always uses a socket on Linux
@@ -40,7 +46,26 @@ def database_settings() -> dict[str, object]:
     }
 
 
-def broker_settings() -> dict[str, object]:
+def _forget_dead_handles(server: Any) -> None:
+    """Drop pids of processes that died without their exit hook (SIGKILL, OOM) from
+    pgserver's handle list; otherwise no process would ever stop the server."""
+    import psutil
+
+    def alive(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    with server._lock:
+        handles = server.global_process_id_list
+        pids = handles.get()
+        live = [pid for pid in pids if pid == os.getpid() or alive(pid)]
+        if live != pids:
+            handles.put(live)
+
+
+def broker_settings() -> dict[str, Any]:
     """Celery settings for kombu's filesystem transport, shared by all local processes."""
     root = DATA_DIR / "broker"
     queue = root / "queue"

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import dj_database_url
 
 from config import embedded
+from workflows import conf as workflows_conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -30,7 +32,9 @@ def env_bool(name: str, default: bool) -> bool:
 DEBUG = env_bool("DEBUG", False)
 # The fallback key is for local development only; `check --deploy` flags it in production.
 SECRET_KEY = os.environ.get("SECRET_KEY") or "django-insecure-switchyard-development-only-key-0123456789"
-ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()]
+ALLOWED_HOSTS = [
+    h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()
+]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 
 INSTALLED_APPS = [
@@ -85,12 +89,17 @@ TEMPLATES = [
 ]
 
 # --- database -------------------------------------------------------------------------
+_db: dict[str, Any]
 if os.environ.get("DATABASE_URL"):
-    _db = dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=60, conn_health_checks=True)
+    _db = {**dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=60, conn_health_checks=True)}
     EMBEDDED_DATABASE = False
 else:
     _db = embedded.database_settings()
     EMBEDDED_DATABASE = True
+# Processes the test suite starts (a real Celery worker and beat) must use the database
+# pytest-django created, whose name only the test process knows.
+if os.environ.get("SWITCHYARD_DB_NAME"):
+    _db["NAME"] = os.environ["SWITCHYARD_DB_NAME"]
 _db.setdefault("OPTIONS", {})
 _db["OPTIONS"].setdefault("application_name", os.environ.get("SWITCHYARD_PROCESS", "switchyard"))
 _db["TEST"] = {"NAME": os.environ.get("SWITCHYARD_TEST_DB", "test_switchyard")}
@@ -156,7 +165,7 @@ if os.environ.get("CELERY_BROKER_URL"):
 else:
     _broker = embedded.broker_settings()
     CELERY_BROKER_URL = str(_broker["broker_url"])
-    CELERY_BROKER_TRANSPORT_OPTIONS = dict(_broker["broker_transport_options"])  # type: ignore[arg-type]
+    CELERY_BROKER_TRANSPORT_OPTIONS = dict(_broker["broker_transport_options"])
     EMBEDDED_BROKER = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
@@ -202,13 +211,8 @@ SPECTACULAR_SETTINGS = {
 # --- workflows --------------------------------------------------------------------------
 # Every key and default comes from the reference texts; workflows.conf validates them at
 # start-up and `manage.py check` reports unknown keys.
-WORKFLOWS: dict[str, dict[str, object]] = {
-    "RECORDING": {},
-    "EXECUTOR": {"ENABLED": env_bool("WORKFLOWS_EXECUTOR_ENABLED", True)},
-    "DEFINITIONS": {},
-    "CAPTURE": {},
-    "MIGRATE": {},
-}
+# Deployment overrides: WORKFLOWS_<SECTION>_<KEY>, e.g. WORKFLOWS_EXECUTOR_ENABLED=false.
+WORKFLOWS: dict[str, dict[str, object]] = workflows_conf.from_environment(os.environ)
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 
 # --- logging ----------------------------------------------------------------------------

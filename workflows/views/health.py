@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
+from kombu import Connection
 
 
 def _database() -> str | None:
@@ -18,10 +20,14 @@ def _database() -> str | None:
 
 
 def _broker() -> str | None:
-    from config.celery import app
-
+    # Read from Django settings, not the Celery app's cached copy, so the check follows the
+    # configured broker; the connect timeout keeps an unreachable host from hanging probes.
     try:
-        with app.connection_for_write() as conn:
+        with Connection(
+            settings.CELERY_BROKER_URL,
+            transport_options=getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}),
+            connect_timeout=2,
+        ) as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
     except Exception:  # noqa: BLE001
         return "broker unreachable"

@@ -10,3 +10,12 @@ class WorkflowsConfig(AppConfig):
         from workflows import checks, conf  # noqa: F401  (registers the system checks)
 
         conf.reload()  # fails start-up with ImproperlyConfigured naming the bad key
+        from workflows import tasks
+
+        tasks.install()  # after-commit wake-ups go out as Celery messages
+        import importlib
+        import os
+
+        # extra callback modules (beyond each app's workflow_callbacks.py), e.g. for tests
+        for module in filter(None, os.environ.get("SWITCHYARD_CALLBACK_MODULES", "").split(",")):
+            importlib.import_module(module.strip())

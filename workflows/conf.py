@@ -118,3 +118,27 @@ def reload() -> WorkflowSettings:
     """Drop the cached settings (tests that override WORKFLOWS call this)."""
     get.cache_clear()
     return get()
+
+
+def from_environment(environ: Any) -> dict[str, dict[str, Any]]:
+    """``WORKFLOWS_<SECTION>_<KEY>`` environment variables as a WORKFLOWS dict (deployment).
+
+    Example: ``WORKFLOWS_EXECUTOR_LEASE_SECONDS=60``, ``WORKFLOWS_EXECUTOR_ENABLED=false``.
+    Values that do not parse are passed through as text so validation names the key.
+    """
+    result: dict[str, dict[str, Any]] = {section: {} for section in SPEC}
+    for section, keys in SPEC.items():
+        for key, (_default, _minimum, kind) in keys.items():
+            raw = environ.get(f"WORKFLOWS_{section}_{key}")
+            if raw is None:
+                continue
+            value: Any = raw
+            if kind is bool:
+                value = raw.strip().lower() in {"1", "true", "yes", "on"}
+            else:
+                try:
+                    value = int(raw)
+                except ValueError:
+                    value = raw
+            result[section][key] = value
+    return result

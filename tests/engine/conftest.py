@@ -1,0 +1,41 @@
+"""Engine test helpers: deploy a document (load → publish → activate) and drive the executor
+in-process (the same code the Celery tasks run), so engine behaviour is tested without a
+broker; the e2e suite runs the same flows through a real worker."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from workflows.engine import executor
+
+# Before any worker starts: the worker imports the test callbacks and runs with a short
+# lease, so crash-recovery tests wait seconds, not the production 30 s.
+os.environ.setdefault("SWITCHYARD_CALLBACK_MODULES", "tests.support.engine_callbacks")
+os.environ.setdefault("WORKFLOWS_EXECUTOR_LEASE_SECONDS", "6")
+import tests.support.engine_callbacks  # noqa: E402,F401  (same registrations in this process)
+
+
+@pytest.fixture
+def deploy(db: None) -> Callable[..., Any]:
+    from workflows import definitions
+
+    def _deploy(text: str, *, scope: str = "default", activate: bool = True) -> Any:
+        ref = definitions.load(scope=scope, text=text, format="yaml")
+        definitions.publish(scope=scope, definition_id=ref.definition_id, version=ref.version)
+        if activate:
+            definitions.activate(scope=scope, definition_id=ref.definition_id, version=ref.version, target_scope=scope)
+        return ref
+
+    return _deploy
+
+
+@pytest.fixture
+def drain() -> Callable[..., int]:
+    def _drain(run_id: Any = None) -> int:
+        return executor.drain(run_id=run_id, budget_seconds=10)
+
+    return _drain

@@ -1,0 +1,30 @@
+"""Callbacks the engine tests register in every process (test run and Celery worker).
+
+Loaded through SWITCHYARD_CALLBACK_MODULES, which tests/engine/conftest.py sets before the
+worker starts.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from workflows.definitions import catalogs
+
+
+@catalogs.callbacks.register("test.block_while_gate", category="condition")
+def block_while_gate(state: Any) -> bool:
+    """Blocks while the gate file named in the state exists (announcing it entered)."""
+    gate = Path(state["gate"])
+    if gate.exists():
+        gate.with_suffix(".entered").touch()
+        deadline = time.monotonic() + 60
+        while gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return True
+
+
+@catalogs.callbacks.register("test.noop", category="service")
+def noop(payload: Any) -> None:
+    return None

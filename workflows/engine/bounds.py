@@ -1,0 +1,102 @@
+"""Record-time payload bounds: UTF-8 JSON bytes and nesting depth, walked iteratively.
+
+``check_payload`` walks containers with an explicit stack (no recursion, so a 20,000-deep
+value cannot overflow the stack), adds up the compact JSON encoding as it goes and stops as
+soon as either bound is crossed, so an oversized value is never fully encoded. Values
+exactly at a limit pass. ``prescan_text`` applies the depth bound to raw JSON text before
+any parser sees it.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+from workflows import conf
+from workflows.exceptions import InvalidPayload, Violation
+
+MAX_DEPTH = 64
+
+
+def _scalar_size(value: Any) -> int:
+    if isinstance(value, str):
+        return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+    if value is None:
+        return 4
+    if value is True:
+        return 4
+    if value is False:
+        return 5
+    if isinstance(value, int | float | Decimal):
+        return len(json.dumps(float(value) if isinstance(value, Decimal) else value))
+    raise InvalidPayload(
+        "payload is not JSON", violations=[Violation(pointer="", type="binding", message="payload is not JSON")]
+    )
+
+
+def check_payload(value: Any, *, max_bytes: int | None = None, what: str = "payload") -> int:
+    """Refuse a payload over MAX_PAYLOAD_BYTES or deeper than 64 levels. Answers its size."""
+    limit = max_bytes if max_bytes is not None else conf.get().RECORDING.MAX_PAYLOAD_BYTES
+    total = 0
+    # stack of (value, depth); containers count their brackets and separators
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise InvalidPayload(
+                    f"{what} is nested deeper than depth 64",
+                    violations=[Violation(pointer="", type="depth", message="nested deeper than depth 64")],
+                )
+            n = len(item)
+            total += 2 + max(n - 1, 0)  # brackets and commas
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if not isinstance(key, str):
+                        raise InvalidPayload(
+                            f"{what} is not JSON",
+                            violations=[Violation(pointer="", type="binding", message="object keys must be strings")],
+                        )
+                    total += _scalar_size(key) + 1  # key and colon
+                    stack.append((child, depth))
+            else:
+                for child in item:
+                    stack.append((child, depth))
+        else:
+            total += _scalar_size(item)
+        if total > limit:
+            raise InvalidPayload(
+                f"{what} is larger than maxPayloadBytes ({limit})",
+                violations=[Violation(pointer="", type="size", message=f"larger than maxPayloadBytes ({limit})")],
+            )
+    return total
+
+
+def prescan_text(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> None:
+    """Refuse JSON text nested deeper than ``max_depth`` before it is parsed (iterative scan)."""
+    data = text.decode("utf-8", errors="replace") if isinstance(text, bytes) else text
+    depth = 0
+    in_string = False
+    escaped = False
+    for ch in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > max_depth:
+                raise InvalidPayload(
+                    "request body is nested deeper than depth 64",
+                    violations=[Violation(pointer="", type="depth", message="nested deeper than depth 64")],
+                )
+        elif ch in "]}":
+            depth -= 1

@@ -1,0 +1,181 @@
+"""Inserting commands and timers into a run's queue (always under the run's lock).
+
+The caller passes the locked run row (a dict); sequences are taken from and counted on it,
+and the caller persists the counters (recording does it at once, a segment at its end).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from workflows.engine import db
+from workflows.engine.actors import TIMER, Actor
+from workflows.engine.history import canonical
+
+INSERT = (
+    "INSERT INTO workflow_commands (run_id, seq, kind, timer_kind, status, payload, target, task_id, timer_id, "
+    "dedup_key, fingerprint, attempts, transient_count, deferral_count, recorded_at, order_at, available_at, fire_at, "
+    "claimed_by, last_error, context, was_parked, reconciled_by, reconcile_reason, reconcile_action, "
+    "actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status) VALUES "
+    "(%s,%s,%s,%s,'PENDING',%s,%s,%s,%s,%s,%s,0,0,0,clock_timestamp(),{order},{order},{fire},'','',%s,false,'','','',"
+    "%s,%s,%s,%s,%s) RETURNING id, recorded_at, available_at, fire_at"
+)
+_PLAIN = INSERT.format(order="clock_timestamp()", fire="NULL")
+
+
+def fingerprint(value: Any) -> str:
+    return hashlib.sha256(canonical(value).encode("utf-8")).hexdigest()
+
+
+def next_seq(run: dict[str, Any]) -> int:
+    seq = int(run["next_seq"])
+    run["next_seq"] = seq + 1
+    return seq
+
+
+def insert(
+    run: dict[str, Any],
+    *,
+    kind: str,
+    actor: Actor,
+    payload: Any = None,
+    target: Any = None,
+    task_id: UUID | str | None = None,
+    dedup_key: str = "",
+    fp: str = "",
+    context: Any = None,
+) -> dict[str, Any]:
+    seq = next_seq(run)
+    row = db.fetchone(
+        _PLAIN,
+        [
+            run["id"],
+            seq,
+            kind,
+            "",
+            db.jsonb(payload),
+            db.jsonb(target),
+            task_id,
+            None,
+            dedup_key,
+            fp,
+            db.jsonb(context),
+            *actor.columns(),
+        ],
+    )
+    assert row is not None
+    return {"id": row[0], "seq": seq, "kind": kind, "recorded_at": row[1], "available_at": row[2], "status": "PENDING"}
+
+
+def insert_timer(
+    run: dict[str, Any],
+    *,
+    timer_kind: str,
+    step: str,
+    delay_seconds: float = 0.0,
+    at: datetime | None = None,
+    branch_id: str = "",
+    task_id: UUID | str | None = None,
+    target: dict[str, Any] | None = None,
+    interval_seconds: float | None = None,
+) -> dict[str, Any]:
+    """A timer row and the TIMER command that fires it, inserted together (logged as SYSTEM)."""
+    seq = next_seq(run)
+    timer = db.fetchone(
+        "INSERT INTO workflow_timers (run_id, command_id, kind, status, step, branch_id, task_id, fire_at, "
+        "interval_seconds, context, created_at) VALUES (%s, NULL, %s, 'SCHEDULED', %s, %s, %s, "
+        "greatest(clock_timestamp() + make_interval(secs => %s), coalesce(%s, '-infinity'::timestamptz)), %s, NULL, "
+        "now()) RETURNING id, fire_at",
+        [run["id"], timer_kind, step, branch_id, task_id, delay_seconds, at, interval_seconds],
+    )
+    assert timer is not None
+    timer_id, fire_at = timer
+    full_target = dict(target or {})
+    full_target.update({"step": step, "timer": timer_id})
+    if branch_id:
+        full_target["branch"] = branch_id
+    sql = INSERT.format(order="%s", fire="%s")
+    row = db.fetchone(
+        sql,
+        [
+            run["id"],
+            seq,
+            "TIMER",
+            timer_kind,
+            None,
+            db.jsonb(full_target),
+            task_id,
+            timer_id,
+            "",
+            "",
+            fire_at,
+            fire_at,
+            fire_at,
+            None,
+            *TIMER.columns(),
+        ],
+    )
+    assert row is not None
+    db.execute("UPDATE workflow_timers SET command_id = %s WHERE id = %s", [row[0], timer_id])
+    return {"id": row[0], "timer_id": timer_id, "fire_at": fire_at, "seq": seq}
+
+
+def rearm_timer(run: dict[str, Any], timer: dict[str, Any]) -> dict[str, Any]:
+    """A new TIMER command for an existing timer row, keeping its original fire time."""
+    seq = next_seq(run)
+    target = {"step": timer["step"], "timer": timer["id"]}
+    if timer.get("branch_id"):
+        target["branch"] = timer["branch_id"]
+    sql = INSERT.format(order="%s", fire="%s")
+    row = db.fetchone(
+        sql,
+        [
+            run["id"],
+            seq,
+            "TIMER",
+            timer["kind"],
+            None,
+            db.jsonb(target),
+            timer.get("task_id"),
+            timer["id"],
+            "",
+            "",
+            timer["fire_at"],
+            timer["fire_at"],
+            timer["fire_at"],
+            None,
+            *TIMER.columns(),
+        ],
+    )
+    assert row is not None
+    db.execute(
+        "UPDATE workflow_timers SET command_id = %s, status = 'SCHEDULED' WHERE id = %s", [row[0], timer["id"]]
+    )
+    return {"id": row[0], "seq": seq, "fire_at": timer["fire_at"]}
+
+
+def cancel_timers(run_id: Any, *, timer_ids: list[int] | None = None, task_id: Any = None) -> list[dict[str, Any]]:
+    """Cancel scheduled timers and their unsettled TIMER commands in one statement."""
+    clauses = ["t.run_id = %s", "t.status = 'SCHEDULED'"]
+    params: list[Any] = [run_id]
+    if timer_ids is not None:
+        if not timer_ids:
+            return []
+        clauses.append("t.id = ANY(%s)")
+        params.append(timer_ids)
+    if task_id is not None:
+        clauses.append("t.task_id = %s")
+        params.append(task_id)
+    return db.fetchdicts(
+        "WITH t AS (UPDATE workflow_timers t SET status = 'CANCELLED' WHERE "
+        + " AND ".join(clauses)
+        + " RETURNING t.id, t.command_id, t.kind, t.step, t.branch_id, t.task_id), "
+        "c AS (UPDATE workflow_commands c SET status = 'CANCELLED', token = NULL, lease_until = NULL, "
+        "settled_at = now(), last_error = 'TIMER_CANCELLED: the wait was left' FROM t "
+        "WHERE c.id = t.command_id AND c.status IN ('PENDING','DEFERRED','PARKED','DEAD') RETURNING c.id) "
+        "SELECT id, command_id, kind, step, branch_id, task_id FROM t",
+        params,
+    )

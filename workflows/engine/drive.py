@@ -1,0 +1,183 @@
+"""The state of one transaction's work on a run: the locked row, its plan, the history buffer.
+
+A segment (or an inline recording drive such as cancel) creates one ``Drive``, mutates the
+run dict, appends history, and ``save()``s the row once at the end. ``savepoint()`` wraps a
+database savepoint and restores the in-memory row and history buffer when it rolls back.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+
+from workflows.definitions.plan import Plan
+from workflows.engine import db
+from workflows.engine.actors import Actor
+from workflows.engine.history import HistoryBuffer
+
+MUTABLE = (
+    "status",
+    "state",
+    "state_version",
+    "current_step",
+    "wait",
+    "subject_type",
+    "subject_id",
+    "subject_version",
+    "failure_code",
+    "failure_message",
+    "compensation",
+    "next_seq",
+    "open_signals",
+    "cancel_reason",
+    "ended_at",
+)
+
+
+class StepLimitExceeded(Exception):
+    """More than MAX_STEPS_PER_SEGMENT nodes without a wait."""
+
+
+class DeadlineExceeded(Exception):
+    """The segment ran past its deadline (one margin before the lease ends)."""
+
+
+class DeterministicFailure(Exception):
+    """The application failed deterministically (payload, callback, expression, definition).
+
+    ``reason`` is framework text (never exception text or payload values).
+    """
+
+    def __init__(self, reason: str, code: str = "DETERMINISTIC_FAILURE") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+
+
+@dataclass
+class Drive:
+    run: dict[str, Any]
+    plan: Plan | None
+    history: HistoryBuffer
+    actor: Actor
+    command_id: int | None = None
+    command_kind: str = ""
+    token: Any = None  # the claim token of the executing command (effect markers carry it)
+    resolved_effect: str = ""  # a step whose effect an administrator resolved as done
+    executor_id: str = ""
+    max_steps: int = 1000
+    deadline: float | None = None  # time.monotonic() value
+    steps: int = 0
+    effects: list[Any] = field(default_factory=list)  # after-commit work (intent ids)
+    ended_now: bool = False
+    resumed_parent: bool = False
+
+    @classmethod
+    def for_run(cls, run: dict[str, Any], plan: Plan | None, actor: Actor, **kwargs: Any) -> Drive:
+        history = HistoryBuffer(
+            run_id=run["id"],
+            next_seq=int(run["history_seq"]) + 1,
+            scope=run["scope"],
+            definition_id=run["definition_id"],
+            version=run["version"],
+            plan_hash=run["plan_hash"],
+            executor_id=kwargs.get("executor_id", ""),
+        )
+        return cls(run=run, plan=plan, history=history, actor=actor, **kwargs)
+
+    # --- budget ----------------------------------------------------------------------
+    def count_step(self) -> None:
+        self.steps += 1
+        if self.steps > self.max_steps:
+            raise StepLimitExceeded()
+        self.check_deadline()
+
+    def check_deadline(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise DeadlineExceeded()
+
+    # --- state -----------------------------------------------------------------------
+    def set_state(self, new_state: Any) -> tuple[Any, int, int]:
+        """Replace the state; answers (before, version_before, version_after)."""
+        before = self.run["state"]
+        version_before = int(self.run["state_version"])
+        from workflows.engine.history import _same
+
+        if _same(before, new_state):
+            return before, version_before, version_before
+        self.run["state"] = new_state
+        self.run["state_version"] = version_before + 1
+        return before, version_before, version_before + 1
+
+    def decide(self, *, step: str, outcome: str, new_state: Any = None, change: bool = False, branch_id: str = "") -> None:
+        """Log a DECISION (with the state change when ``change``)."""
+        if change:
+            before, vb, va = self.set_state(new_state)
+        else:
+            before, vb, va = self.run["state"], int(self.run["state_version"]), int(self.run["state_version"])
+        self.history.decision(
+            step=step,
+            outcome=outcome,
+            before=before,
+            after=self.run["state"],
+            version_before=vb,
+            version_after=va,
+            command_id=self.command_id,
+            actor=self.actor,
+            branch_id=branch_id,
+        )
+
+    # --- savepoints ------------------------------------------------------------------
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        snapshot = {k: copy.deepcopy(self.run[k]) for k in MUTABLE}
+        mark = self.history.mark()
+        steps = self.steps
+        effects = len(self.effects)
+        ended = self.ended_now
+        try:
+            with transaction.atomic():
+                yield
+        except BaseException:
+            self.run.update(snapshot)
+            self.history.truncate(mark)
+            self.steps = steps
+            del self.effects[effects:]
+            self.ended_now = ended
+            raise
+
+    # --- persistence -----------------------------------------------------------------
+    def save(self) -> None:
+        self.run["history_seq"] = self.history.flush()
+        r = self.run
+        db.execute(
+            "UPDATE workflow_runs SET status=%s, state=%s, state_version=%s, current_step=%s, wait=%s, "
+            "subject_type=%s, subject_id=%s, subject_version=%s, failure_code=%s, failure_message=%s, "
+            "compensation=%s, next_seq=%s, open_signals=%s, history_seq=%s, cancel_reason=%s, ended_at=%s, "
+            "updated_at=now() WHERE id=%s",
+            [
+                r["status"],
+                db.jsonb(r["state"]),
+                r["state_version"],
+                r["current_step"],
+                db.jsonb(r["wait"]),
+                r["subject_type"] or "",
+                r["subject_id"] or "",
+                r["subject_version"] or "",
+                r["failure_code"] or "",
+                (r["failure_message"] or "")[:4000],
+                db.jsonb(r["compensation"]),
+                r["next_seq"],
+                r["open_signals"],
+                r["history_seq"],
+                r["cancel_reason"] or "",
+                r["ended_at"],
+                r["id"],
+            ],
+        )

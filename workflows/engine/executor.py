@@ -1,0 +1,403 @@
+"""The executor: peek claimable heads, claim (short transaction), run a segment, settle.
+
+Celery only delivers wake-ups; this module decides everything from the database:
+``FOR UPDATE SKIP LOCKED`` peeks, ``NOWAIT`` execution locks, tokens and database-timed
+leases. A lost, repeated or late wake-up never loses or doubles work.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DatabaseError, close_old_connections, transaction
+
+from workflows import conf
+from workflows.definitions.plan import Plan
+from workflows.engine import db, effects, locks, observers, outcomes, segment
+from workflows.engine.drive import DeadlineExceeded, DeterministicFailure, StepLimitExceeded
+from workflows.exceptions import DefinitionError, VersionNotRunnable, WorkflowError
+
+log = logging.getLogger("workflows.engine")
+
+NODE_ID = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+
+# A command is a head when no earlier unsettled command of its run blocks it. Due dates and
+# reminders of a task that is COMPLETING are held back and block nothing.
+HELD = (
+    "({a}.kind = 'TIMER' AND {a}.timer_kind IN ('DUE','REMINDER') AND EXISTS (SELECT 1 FROM workflow_tasks t "
+    "WHERE t.id = {a}.task_id AND t.status = 'COMPLETING'))"
+)
+HEAD_RULE = (
+    "NOT EXISTS (SELECT 1 FROM workflow_commands e WHERE e.run_id = c.run_id "
+    "AND e.status IN ('PENDING','DEFERRED','CLAIMED') AND (e.order_at, e.seq) < (c.order_at, c.seq) "
+    f"AND NOT {HELD.format(a='e')}) AND NOT {HELD.format(a='c')}"
+)
+PEEK = (
+    "SELECT c.id, c.run_id, c.kind, c.target, r.scope, r.definition_id, r.version, r.plan_hash, r.status AS run_status "
+    "FROM workflow_commands c JOIN workflow_runs r ON r.id = c.run_id "
+    "WHERE c.status IN ('PENDING','DEFERRED') AND c.available_at <= now() {run_filter} AND " + HEAD_RULE +
+    " ORDER BY c.available_at, c.id LIMIT %s"
+)
+
+
+@dataclass
+class Head:
+    id: int
+    run_id: Any
+    kind: str
+    target: Any
+    scope: str
+    definition_id: str
+    version: int
+    plan_hash: str
+    run_status: str
+
+
+def executor_id() -> str:
+    return f"{NODE_ID}-{os.getpid()}"
+
+
+def peek(limit: int, run_id: Any = None) -> list[Head]:
+    if run_id is not None:
+        rows = db.fetchdicts(PEEK.format(run_filter="AND c.run_id = %s"), [run_id, limit])
+    else:
+        rows = db.fetchdicts(PEEK.format(run_filter=""), [limit])
+    return [Head(**r) for r in rows]
+
+
+def _plan_for(head: Head) -> Plan | None:
+    """The pinned plan, or None when this node cannot run it (the command is deferred)."""
+    from workflows.definitions import cache
+
+    try:
+        return cache.get_plan(
+            scope=head.scope, definition_id=head.definition_id, version=head.version, expected_hash=head.plan_hash
+        )
+    except (VersionNotRunnable, DefinitionError):
+        return None
+
+
+def claim(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | None:
+    """One short transaction: try-lock, lock the row, re-check, settle/dead-letter/claim.
+
+    Answers the claim token, or None when nothing is to be run (busy, gone, settled here).
+    """
+    with transaction.atomic():
+        run = locks.try_lock_run(head.run_id)
+        if run is None:
+            return None
+        cmd = db.fetchdict(
+            f"SELECT {segment.COMMAND_COLUMNS} FROM workflow_commands c WHERE c.id = %s "  # noqa: S608
+            "AND c.status IN ('PENDING','DEFERRED') AND c.available_at <= now() AND " + HEAD_RULE + " FOR UPDATE",
+            [head.id],
+        )
+        if cmd is None:
+            return None
+        branch = (cmd["target"] or {}).get("branch") if cmd["kind"] == "SIGNAL" else None
+        decision = outcomes.decide(cmd["kind"], run["status"], branch_addressed=bool(branch))
+        if decision in (outcomes.REJECT, outcomes.STALE, outcomes.CANCEL):
+            _settle_at_claim(run, cmd, decision)
+            return None
+        if cmd["attempts"] >= max_attempts:
+            _dead_letter(run, cmd)
+            return None
+        token = uuid.uuid4()
+        db.execute(
+            "UPDATE workflow_commands SET status = 'CLAIMED', attempts = attempts + 1, token = %s, claimed_by = %s, "
+            "lease_until = now() + make_interval(secs => %s) WHERE id = %s",
+            [token, executor_id(), lease_seconds, cmd["id"]],
+        )
+        return token
+
+
+def _settle_at_claim(run: dict[str, Any], cmd: dict[str, Any], decision: str) -> None:
+    from workflows.engine.drive import Drive
+
+    drive = Drive.for_run(run, None, segment.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
+    settle = segment.settle_by_outcome(drive, cmd, decision)
+    drive.save()
+    db.execute(
+        "UPDATE workflow_commands SET status = %s, last_error = %s, settled_at = now(), token = NULL, "
+        "lease_until = NULL WHERE id = %s",
+        [settle.status, settle.reason, cmd["id"]],
+    )
+    observers.emit(observers.CommandSettled(str(run["id"]), cmd["id"], cmd["kind"], settle.status))
+
+
+def _dead_letter(run: dict[str, Any], cmd: dict[str, Any]) -> None:
+    from workflows.engine.drive import Drive
+
+    drive = Drive.for_run(run, None, segment.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
+    drive.history.add("COMMAND_DEAD", command_id=cmd["id"], actor=drive.actor, outcome="MAX_ATTEMPTS")
+    if cmd["kind"] == "SIGNAL":
+        drive.run["open_signals"] = max(0, int(run["open_signals"]) - 1)
+    if cmd["kind"] == "START" and run["status"] == "PENDING":
+        run["status"] = "FAILED"
+        run["failure_code"] = "MAX_ATTEMPTS"
+        run["failure_message"] = "MAX_ATTEMPTS: the start failed on every attempt"
+        drive.history.add("WORKFLOW_FAILED", command_id=cmd["id"], actor=drive.actor, outcome="MAX_ATTEMPTS")
+    drive.save()
+    db.execute(
+        "UPDATE workflow_commands SET status = 'DEAD', token = NULL, lease_until = NULL, last_error = %s "
+        "WHERE id = %s",
+        [f"MAX_ATTEMPTS: {cmd['attempts']} attempts spent", cmd["id"]],
+    )
+    observers.emit(observers.CommandSettled(str(run["id"]), cmd["id"], cmd["kind"], "DEAD"))
+
+
+def defer(head: Head) -> int:
+    """Defer a head this node cannot run: no attempt spent; 5 s doubling to 5 min."""
+    with transaction.atomic():
+        run = locks.try_lock_run(head.run_id)
+        if run is None or (run["scope"], run["definition_id"], run["version"], run["plan_hash"]) != (
+            head.scope, head.definition_id, head.version, head.plan_hash
+        ):
+            return 0
+        row = db.fetchone(
+            "UPDATE workflow_commands c SET status = 'DEFERRED', deferral_count = deferral_count + 1, "
+            "available_at = now() + make_interval(secs => least(300, 5 * power(2, deferral_count))) "
+            "WHERE c.id = %s AND c.status IN ('PENDING','DEFERRED') AND c.available_at <= now() "
+            "RETURNING deferral_count, kind, seq",
+            [head.id],
+        )
+        if row is None:
+            return 0
+        count = int(row[0])
+        if count == 1:
+            from workflows.engine.drive import Drive
+            from workflows.engine.actors import NONE
+
+            drive = Drive.for_run(run, None, NONE, executor_id=executor_id())
+            drive.history.add("COMMAND_DEFERRED", command_id=head.id, actor=NONE, payload={"kind": row[1], "seq": row[2]})
+            drive.save()
+    observers.emit(observers.CommandDeferred(str(head.run_id), head.id, head.kind, count))
+    log.warning("command %s deferred: this node cannot run %s v%s", head.id, head.definition_id, head.version)
+    return count
+
+
+def _release(command_id: int, token: Any) -> None:
+    """Return a claim whose segment did not run (busy lock) with its attempt restored."""
+    db.execute(
+        "UPDATE workflow_commands SET status = 'PENDING', attempts = greatest(attempts - 1, 0), token = NULL, "
+        "lease_until = NULL, claimed_by = '' WHERE id = %s AND status = 'CLAIMED' AND token = %s",
+        [command_id, token],
+    )
+
+
+def _retry_transient(head: Head, token: Any, reason: str) -> None:
+    settings = conf.get().EXECUTOR
+    if effects.has_marker(head.id, token):
+        _outcome_unknown(head, token)
+        return
+    row = db.fetchone(
+        "UPDATE workflow_commands SET status = 'PENDING', attempts = greatest(attempts - 1, 0), "
+        "transient_count = transient_count + 1, token = NULL, lease_until = NULL, claimed_by = '', last_error = %s, "
+        "available_at = now() + make_interval(secs => least(%s, %s * power(2, transient_count)) / 1000.0) "
+        "WHERE id = %s AND status = 'CLAIMED' AND token = %s RETURNING transient_count",
+        [reason[:4000], settings.TRANSIENT_BACKOFF_MAX_MS, settings.TRANSIENT_BACKOFF_BASE_MS, head.id, token],
+    )
+    if row:
+        observers.emit(observers.TransientRetry(str(head.run_id), head.id, head.kind, int(row[0])))
+
+
+def _outcome_unknown(head: Head, token: Any) -> None:
+    updated = db.execute(
+        "UPDATE workflow_commands SET status = 'OUTCOME_UNKNOWN', token = NULL, lease_until = NULL, "
+        "last_error = 'OUTCOME_UNKNOWN: interrupted after its effect started; reconcile it' "
+        "WHERE id = %s AND status = 'CLAIMED' AND token = %s",
+        [head.id, token],
+    )
+    if updated:
+        observers.emit(observers.CommandSettled(str(head.run_id), head.id, head.kind, "OUTCOME_UNKNOWN"))
+
+
+def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: float) -> None:
+    """Settle FAILED in a transaction of its own; fail the run for START/RETRY/TIMER/overruns."""
+    from workflows.engine.drive import Drive
+
+    margin = _margin()
+    while True:
+        with transaction.atomic():
+            run = locks.try_lock_run(head.run_id)
+            if run is not None:
+                cmd = db.fetchdict(
+                    f"SELECT {segment.COMMAND_COLUMNS} FROM workflow_commands WHERE id = %s AND status = 'CLAIMED' "  # noqa: S608
+                    "AND token = %s FOR UPDATE",
+                    [head.id, token],
+                )
+                if cmd is None:
+                    return
+                if effects.has_marker(head.id, token):
+                    _outcome_unknown(head, token)
+                    return
+                drive = Drive.for_run(run, None, segment.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
+                drive.history.add("COMMAND_FAILED", command_id=cmd["id"], actor=drive.actor,
+                                  outcome=reason.split(":", 1)[0])
+                fails_run = step_limit or cmd["kind"] in ("START", "RETRY", "TIMER")
+                if cmd["kind"] in ("COMPLETION",) and cmd.get("task_id"):
+                    segment._reopen(cmd)
+                if cmd["kind"] == "SIGNAL":
+                    run["open_signals"] = max(0, int(run["open_signals"]) - 1)
+                if fails_run and run["status"] not in ("COMPLETED", "CANCELLED", "COMPENSATED", "EXPIRED"):
+                    run["status"] = "FAILED"
+                    run["failure_code"] = reason.split(":", 1)[0][:64]
+                    run["failure_message"] = reason[:4000]
+                    drive.history.add("FAILED", command_id=cmd["id"], actor=drive.actor,
+                                      outcome=reason.split(":", 1)[0], step=run.get("current_step") or "")
+                    drive.history.add("WORKFLOW_FAILED", command_id=cmd["id"], actor=drive.actor,
+                                      outcome=reason.split(":", 1)[0])
+                    if cmd["kind"] == "TIMER" and cmd.get("timer_id"):
+                        db.execute("UPDATE workflow_timers SET status = 'FAILED' WHERE id = %s", [cmd["timer_id"]])
+                drive.save()
+                db.execute(
+                    "UPDATE workflow_commands SET status = 'FAILED', last_error = %s, token = NULL, lease_until = NULL, "
+                    "settled_at = now() WHERE id = %s",
+                    [reason[:4000], cmd["id"]],
+                )
+                observers.emit(observers.CommandSettled(str(head.run_id), head.id, head.kind, "FAILED"))
+                return
+        if time.monotonic() > deadline + margin * 0.9:
+            _release(head.id, token)
+            return
+        time.sleep(0.1)  # the lock is busy: poll, never wait on it
+
+
+def _margin() -> float:
+    return max(1.0, conf.get().EXECUTOR.LEASE_SECONDS / 10.0)
+
+
+def process(head: Head) -> str:
+    """Claim and run one head. Answers what happened (for logs and tests)."""
+    settings = conf.get().EXECUTOR
+    plan: Plan | None = None
+    if head.run_status not in ("COMPLETED", "CANCELLED", "COMPENSATED", "EXPIRED"):
+        plan = _plan_for(head)
+        if plan is None:
+            defer(head)
+            return "DEFERRED"
+    started = time.monotonic()
+    token = claim(head, lease_seconds=settings.LEASE_SECONDS, max_attempts=settings.MAX_ATTEMPTS)
+    if token is None:
+        return "SKIPPED"
+    margin = _margin()
+    deadline = started + settings.LEASE_SECONDS - margin
+    while True:
+        try:
+            settle = segment.run(
+                command_id=head.id,
+                run_id=head.run_id,
+                token=token,
+                plan=plan,
+                executor_id=executor_id(),
+                deadline=deadline,
+                max_steps=settings.MAX_STEPS_PER_SEGMENT,
+            )
+        except segment.Busy:
+            if time.monotonic() > deadline - margin:
+                _release(head.id, token)
+                return "RELEASED"
+            time.sleep(0.05)
+            continue
+        except segment.Fenced:
+            return "FENCED"
+        except DeadlineExceeded:
+            log.debug("segment of command %s passed its deadline; the lease will lapse", head.id)
+            return "DEADLINE"
+        except (DeterministicFailure, StepLimitExceeded, WorkflowError) as exc:
+            if isinstance(exc, WorkflowError) and exc.retryable:
+                _retry_transient(head, token, f"TRANSIENT: {exc.code}")
+                return "TRANSIENT"
+            reason = segment._failure_reason(exc) if not isinstance(exc, WorkflowError) else (
+                f"DETERMINISTIC_FAILURE: {exc.code}"
+            )
+            log.error("command %s failed deterministically (%s)", head.id, reason.split(":")[0],
+                      exc_info=log.isEnabledFor(logging.DEBUG))
+            _fail(head, token, reason, step_limit=isinstance(exc, StepLimitExceeded), deadline=deadline)
+            return "FAILED"
+        except DatabaseError as exc:
+            if db.sqlstate(exc) == db.QUERY_CANCELED:
+                return "DEADLINE"
+            if db.is_transient(exc):
+                close_old_connections()
+                _retry_transient(head, token, f"TRANSIENT: database failure ({type(exc).__name__})")
+                return "TRANSIENT"
+            log.exception("command %s failed in the database", head.id)
+            _fail(head, token, f"DETERMINISTIC_FAILURE: database error ({type(exc).__name__})", step_limit=False,
+                  deadline=deadline)
+            return "FAILED"
+        except Exception as exc:
+            log.error("command %s failed (%s)", head.id, type(exc).__name__, exc_info=True)
+            _fail(head, token, f"DETERMINISTIC_FAILURE: the segment failed ({type(exc).__name__})",
+                  step_limit=False, deadline=deadline)
+            return "FAILED"
+        duration = (time.monotonic() - started) * 1000
+        observers.emit(observers.CommandSettled(str(head.run_id), head.id, head.kind, settle.status, duration))
+        log.info(
+            "command settled",
+            extra={"run_id": str(head.run_id), "command_id": head.id, "kind": head.kind, "outcome": settle.status,
+                   "duration_ms": round(duration, 2)},
+        )
+        return settle.status
+
+
+def drain(*, run_id: Any = None, budget_seconds: float = 20.0, batch: int | None = None) -> int:
+    """Run claimable commands until none is left or the budget is spent. Answers the count."""
+    if not conf.get().EXECUTOR.ENABLED:
+        return 0
+    limit = batch or conf.get().EXECUTOR.CLAIM_BATCH
+    stop = time.monotonic() + budget_seconds
+    done = 0
+    while time.monotonic() < stop:
+        heads = peek(limit, run_id)
+        if not heads:
+            break
+        progressed = False
+        for head in heads:
+            outcome = process(head)
+            if outcome not in ("SKIPPED", "RELEASED"):
+                progressed = True
+                done += 1
+            if time.monotonic() >= stop:
+                break
+        if not progressed:
+            break
+    return done
+
+
+def recover_expired_leases() -> int:
+    """Expired claims go back to PENDING (attempt stays spent); a marked one is OUTCOME_UNKNOWN."""
+    rows = db.fetchdicts(
+        "WITH expired AS (SELECT c.id, c.run_id, c.kind, c.token FROM workflow_commands c "
+        "WHERE c.status = 'CLAIMED' AND c.lease_until < now() FOR UPDATE SKIP LOCKED) "
+        "UPDATE workflow_commands c SET status = CASE WHEN EXISTS (SELECT 1 FROM workflow_effect_markers m "
+        "WHERE m.command_id = c.id AND m.token = expired.token) THEN 'OUTCOME_UNKNOWN' ELSE 'PENDING' END, "
+        "last_error = CASE WHEN EXISTS (SELECT 1 FROM workflow_effect_markers m WHERE m.command_id = c.id "
+        "AND m.token = expired.token) THEN 'OUTCOME_UNKNOWN: interrupted after its effect started; reconcile it' "
+        "ELSE 'LEASE_EXPIRED: the executor holding the claim stopped' END, "
+        "token = NULL, lease_until = NULL, claimed_by = '' FROM expired WHERE c.id = expired.id "
+        "RETURNING c.id, c.run_id, c.kind, c.status",
+    )
+    for r in rows:
+        observers.emit(observers.LeaseExpired(str(r["run_id"]), r["id"], r["kind"]))
+    return len(rows)
+
+
+def earliest_delay_seconds() -> float | None:
+    row = db.fetchone(
+        "SELECT EXTRACT(EPOCH FROM (min(available_at) - now())) FROM workflow_commands "
+        "WHERE status IN ('PENDING','DEFERRED')"
+    )
+    if row is None or row[0] is None:
+        return None
+    return max(0.0, float(row[0]))
+
+
+def queue_counts() -> dict[str, int]:
+    rows = db.fetchall("SELECT status, count(*) FROM workflow_commands GROUP BY status")
+    return {str(s): int(n) for s, n in rows}

@@ -1,0 +1,230 @@
+"""History entries and the decision log.
+
+Entries are buffered per transaction (``HistoryBuffer``) and written in one multi-row
+INSERT when the segment (or recording) flushes; a savepoint rollback truncates the buffer
+to its mark, so a rolled-back parked signal or completion takes its entries with it and the
+sequence has no gap. Sequences come from the run row's ``history_seq`` under the lock.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import jsonpatch
+
+from workflows.engine import db
+from workflows.engine.actors import NONE, Actor
+
+PATCH_LIMIT = 65536
+OUTCOME_LIMIT = 40
+
+
+def canonical(value: Any) -> str:
+    """Canonical JSON: sorted keys, compact, exact numbers (an int and a float differ)."""
+
+    def default(v: Any) -> Any:
+        if isinstance(v, Decimal):
+            return float(v)
+        raise TypeError("not JSON")
+
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=default)
+
+
+@dataclass
+class Entry:
+    type: str
+    command_id: int | None = None
+    step: str = ""
+    branch_id: str = ""
+    outcome: str = ""
+    state_version_before: int | None = None
+    state_version_after: int | None = None
+    patch: Any = None
+    payload: Any = None
+    actor: Actor = NONE
+    decision: bool = False  # DECISION / STATE_BASELINE carry the definition key and executor
+
+
+@dataclass
+class HistoryBuffer:
+    run_id: Any
+    next_seq: int  # the run's history_seq + 1
+    scope: str = ""
+    definition_id: str = ""
+    version: int | None = None
+    plan_hash: str = ""
+    executor_id: str = ""
+    entries: list[Entry] = field(default_factory=list)
+
+    def mark(self) -> int:
+        return len(self.entries)
+
+    def truncate(self, mark: int) -> None:
+        del self.entries[mark:]
+
+    def add(self, type: str, **kwargs: Any) -> Entry:
+        entry = Entry(type=type, **kwargs)
+        if entry.outcome:
+            entry.outcome = entry.outcome[:OUTCOME_LIMIT]
+        self.entries.append(entry)
+        return entry
+
+    def decision(
+        self,
+        *,
+        step: str,
+        outcome: str,
+        before: Any,
+        after: Any,
+        version_before: int,
+        version_after: int,
+        command_id: int | None,
+        actor: Actor,
+        branch_id: str = "",
+    ) -> None:
+        """A DECISION with an RFC 6902 patch (add/remove/replace only) of the state change.
+
+        When either state or the patch is over 64 KiB the patch is NULL and a
+        STATE_BASELINE with the state after follows at once.
+        """
+        baseline = False
+        if version_before == version_after:
+            patch: Any = []
+        else:
+            b, a = canonical(before), canonical(after)
+            if len(b.encode()) > PATCH_LIMIT or len(a.encode()) > PATCH_LIMIT:
+                patch, baseline = None, True
+            else:
+                patch = diff(json.loads(b), json.loads(a))
+                if len(canonical(patch).encode()) > PATCH_LIMIT:
+                    patch, baseline = None, True
+        self.add(
+            "DECISION",
+            step=step,
+            outcome=outcome,
+            state_version_before=version_before,
+            state_version_after=version_after,
+            patch=patch,
+            command_id=command_id,
+            actor=actor,
+            branch_id=branch_id,
+            decision=True,
+        )
+        if baseline:
+            self.baseline(after, version=version_after, command_id=command_id, actor=actor, step=step)
+
+    def baseline(self, state: Any, *, version: int, command_id: int | None, actor: Actor, step: str = "") -> None:
+        self.add(
+            "STATE_BASELINE",
+            step=step,
+            state_version_before=version,
+            state_version_after=version,
+            payload={"state": state},
+            command_id=command_id,
+            actor=actor,
+            decision=True,
+        )
+
+    def flush(self) -> int:
+        """Insert the buffered entries; answers the run's new history_seq."""
+        if not self.entries:
+            return self.next_seq - 1
+        rows: list[Any] = []
+        values = []
+        seq = self.next_seq
+        for e in self.entries:
+            values.append("(%s,%s,%s,clock_timestamp()," + ",".join(["%s"] * 18) + ",2)")
+            rows.extend(
+                [
+                    self.run_id,
+                    seq,
+                    e.type,
+                    e.command_id,
+                    e.step or "",
+                    e.branch_id or "",
+                    e.outcome or "",
+                    self.scope if e.decision else "",
+                    self.definition_id if e.decision else "",
+                    self.version if e.decision else None,
+                    self.plan_hash if e.decision else "",
+                    e.state_version_before,
+                    e.state_version_after,
+                    self.executor_id if e.decision else "",
+                    db.jsonb(e.patch) if e.patch is not None else None,
+                    db.jsonb(e.payload) if e.payload is not None else None,
+                    *e.actor.columns(),
+                ]
+            )
+            seq += 1
+        db.execute(
+            "INSERT INTO workflow_history (run_id, seq, type, at, command_id, step, branch_id, outcome, scope, "
+            "definition_id, version, plan_hash, state_version_before, state_version_after, executor_id, patch, "
+            "payload, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status, entry_version) VALUES "
+            + ",".join(values),
+            rows,
+        )
+        self.entries.clear()
+        self.next_seq = seq
+        return seq - 1
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as the log sees it: an int and a float (1 and 1.0) or a bool and an int differ."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def diff(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:
+    """An RFC 6902 patch with add, remove and replace only (no move/copy, no old values).
+
+    Written here rather than taken from ``jsonpatch.make_patch`` because that function
+    emits move operations and treats 1 and 1.0 (and True and 1) as equal.
+    """
+    if _same(before, after):
+        return []
+    if isinstance(before, dict) and isinstance(after, dict):
+        ops: list[dict[str, Any]] = []
+        for key in before:
+            if key not in after:
+                ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
+        for key, value in after.items():
+            child = f"{path}/{_escape(key)}"
+            if key not in before:
+                ops.append({"op": "add", "path": child, "value": value})
+            else:
+                ops.extend(diff(before[key], value, child))
+        return ops
+    if isinstance(before, list) and isinstance(after, list):
+        ops = []
+        common = min(len(before), len(after))
+        for i in range(common):
+            ops.extend(diff(before[i], after[i], f"{path}/{i}"))
+        for i in range(len(before) - 1, common - 1, -1):  # remove from the end so indexes stay valid
+            ops.append({"op": "remove", "path": f"{path}/{i}"})
+        for i in range(common, len(after)):
+            ops.append({"op": "add", "path": f"{path}/{i}", "value": after[i]})
+        return ops
+    return [{"op": "replace", "path": path, "value": after}]
+
+
+def replay(entries: list[dict[str, Any]]) -> Any:
+    """Rebuild a state from decision-log entries (ordered by seq): latest baseline + patches."""
+    state: Any = None
+    for e in entries:
+        if e["type"] == "STATE_BASELINE":
+            state = (e.get("payload") or {}).get("state")
+        elif e["type"] == "DECISION" and e.get("patch"):
+            state = jsonpatch.apply_patch(state, e["patch"])
+    return state

@@ -1,0 +1,76 @@
+"""The execution lock: one transaction at a time changes a run.
+
+The lock is the run row itself, taken ``FOR NO KEY UPDATE`` (so inserts of rows that
+reference the run, which take ``FOR KEY SHARE``, never queue behind it). Recording paths
+wait at most ``LOCK_TIMEOUT_MS`` and then fail retryably; executor connections never wait
+(``NOWAIT``). Lock order everywhere: a run's row before its commands, tasks and timers; a
+caller run before its children (teardown goes top-down).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.db import DatabaseError, connection
+
+from workflows import conf
+from workflows.engine import db
+from workflows.exceptions import InstanceNotFound, LockTimeout
+
+RUN_COLUMNS = (
+    "id, scope, definition_id, version, plan_hash, start_scope, status, state, state_version, current_step, "
+    "wait, subject_type, subject_id, subject_version, business_key, context, failure_code, failure_message, "
+    "parent_run_id, parent_step, parent_branch, call_depth, compensation, next_seq, open_signals, history_seq, "
+    "cancel_reason, created_at, ended_at, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status"
+)
+
+
+def lock_run(run_id: UUID | str) -> dict[str, Any]:
+    """Take the run's execution lock for the caller's transaction (waits ≤ LOCK_TIMEOUT_MS)."""
+    timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SELECT current_setting('lock_timeout')")
+            previous = cur.fetchone()[0]
+            cur.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(timeout_ms)}ms"])
+            cur.execute(f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE", [run_id])  # noqa: S608
+            cols = [c[0] for c in cur.description]
+            row = cur.fetchone()
+            if row is not None:
+                row = db.decode_row(row, db._decoder(cur.description))
+            cur.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
+    except DatabaseError as exc:
+        if db.sqlstate(exc) in (db.LOCK_NOT_AVAILABLE, db.DEADLOCK):
+            raise LockTimeout("the run is busy; retry the whole transaction") from None
+        raise
+    if row is None:
+        raise InstanceNotFound("run not found")
+    return dict(zip(cols, row, strict=True))
+
+
+def try_lock_run(run_id: UUID | str) -> dict[str, Any] | None:
+    """Take the execution lock only if it is free (executor paths never wait). None if busy.
+
+    Must run inside a savepoint-safe context: a busy lock raises inside PostgreSQL, so we
+    wrap the statement in a savepoint and answer None instead of poisoning the transaction.
+    """
+    from django.db import transaction
+
+    try:
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(
+                f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT",  # noqa: S608
+                [run_id],
+            )
+            cols = [c[0] for c in cur.description]
+            row = cur.fetchone()
+            if row is not None:
+                row = db.decode_row(row, db._decoder(cur.description))
+    except DatabaseError as exc:
+        if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
+            return None
+        raise
+    if row is None:
+        raise InstanceNotFound("run not found")
+    return dict(zip(cols, row, strict=True))

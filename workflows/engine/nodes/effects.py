@@ -1,0 +1,77 @@
+"""``email``, ``agent`` and ``script``: effects that run inside the segment, once.
+
+Each commits an effect marker on a second connection first (see ``engine/effects.py``), so
+an interrupted segment is OUTCOME_UNKNOWN rather than replayed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.core.mail import send_mail
+
+from workflows.definitions.plan import AgentStep, EmailStep, ScriptStep
+from workflows.engine import effects
+from workflows.engine.drive import DeterministicFailure, Drive
+from workflows.engine.evaluate import apply_set, call_callback, evaluate, render
+from workflows.engine.nodes.base import Next, Outcome
+
+log = logging.getLogger("workflows.engine")
+
+
+def _marker(drive: Drive, step: str) -> bool:
+    """Commit the marker; False when an administrator resolved this effect as already done."""
+    if drive.resolved_effect == step:
+        drive.resolved_effect = ""
+        drive.history.add("EFFECT_RESOLVED", step=step, command_id=drive.command_id, actor=drive.actor)
+        return False
+    if drive.command_id is not None and drive.token is not None:
+        effects.mark_started(command_id=drive.command_id, run_id=drive.run["id"], token=drive.token, step=step)
+    return True
+
+
+def email(drive: Drive, step: EmailStep) -> Outcome:
+    variables = {"state": drive.run["state"]}
+    recipients: Any = evaluate(step.to, variables, step=step.id, field="to") if step.to is not None else []
+    if isinstance(recipients, str):
+        recipients = [recipients]
+    if not isinstance(recipients, list) or not all(isinstance(r, str) for r in recipients):
+        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: to of step {step.id} must give addresses")
+    subject = render(step.subject, variables)[:998]
+    body = render(step.body, variables)
+    if _marker(drive, step.id):
+        send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, recipients, fail_silently=False)
+    drive.history.add("EMAIL_SENT", step=step.id, command_id=drive.command_id, actor=drive.actor,
+                      payload={"recipients": len(recipients)})
+    drive.decide(step=step.id, outcome="email")
+    return Next(step.next or "")
+
+
+def _callable_step(drive: Drive, step: AgentStep | ScriptStep, name: str, category: str, outcome: str) -> Outcome:
+    from workflows.definitions import catalogs
+
+    state = drive.run["state"]
+    catalogs.ensure_discovered()
+    if catalogs.callbacks.get(name, category) is None:
+        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: {category} of step {step.id} is not registered")
+    value = evaluate(step.input, {"state": state}, step=step.id, field="input") if step.input is not None else state
+    result: Any = None
+    if _marker(drive, step.id):
+        try:
+            result = call_callback(name, category, {"input": value, "state": state, "payload": value})
+        except Exception as exc:
+            log.debug("%s %s failed", category, step.id, exc_info=True)
+            raise DeterministicFailure(f"DETERMINISTIC_FAILURE: {category} of step {step.id} failed") from exc
+    new_state = apply_set(step.set, state, {"state": state, "result": result}, step=step.id, field="set")
+    drive.decide(step=step.id, outcome=outcome, new_state=new_state, change=step.set is not None)
+    return Next(step.next or "")
+
+
+def agent(drive: Drive, step: AgentStep) -> Outcome:
+    return _callable_step(drive, step, step.agent, "agent", "agent")
+
+
+def script(drive: Drive, step: ScriptStep) -> Outcome:
+    return _callable_step(drive, step, step.script, "script", "script")

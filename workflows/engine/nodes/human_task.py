@@ -1,0 +1,104 @@
+"""``human-task``: open an approval with a decision snapshot, due date and reminders."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from workflows.definitions.plan import Assignment, HumanTaskStep
+from workflows.engine import db, outbox, waits
+from workflows.engine.drive import DeterministicFailure, Drive
+from workflows.engine.evaluate import evaluate, render
+from workflows.engine.nodes.base import WAIT, Outcome
+from workflows.engine.nodes.timer import delay_of
+
+
+def resolve_assignment(drive: Drive, assignment: Assignment, step: str) -> tuple[str, str]:
+    mode, value = assignment.mode, assignment.value or ""
+    if mode == "role":
+        mode = "group"
+    if mode == "expression":
+        if assignment.expression is None:
+            raise DeterministicFailure(f"DETERMINISTIC_FAILURE: assignment of step {step} has no expression")
+        result: Any = evaluate(assignment.expression, {"state": drive.run["state"]}, step=step, field="assignment")
+        if isinstance(result, dict):
+            mode, value = str(result.get("mode", "")), str(result.get("value", ""))
+        elif isinstance(result, str) and ":" in result:
+            mode, value = result.split(":", 1)
+        else:
+            raise DeterministicFailure(f"DETERMINISTIC_FAILURE: assignment of step {step} gave no assignee")
+        if mode == "role":
+            mode = "group"
+    if mode not in ("user", "group") or not value:
+        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: assignment of step {step} gave no assignee")
+    return mode, value[:255]
+
+
+def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
+    run = drive.run
+    variables = {"state": run["state"]}
+    mode, value = resolve_assignment(drive, step.assignment, step.id)
+    if step.title_template is not None:
+        title = str(evaluate(step.title_template, variables, step=step.id, field="title") or "")[:500] or step.id
+    else:
+        title = render(step.title, variables)[:500] or step.id
+    description = (
+        str(evaluate(step.description_template, variables, step=step.id, field="description") or "")
+        if step.description_template is not None
+        else render(step.description, variables)
+    )
+    snapshot = [
+        {"name": d.name, "label": d.label or d.name, "schema": dict(d.payload_schema) if d.payload_schema else None}
+        for d in step.decisions
+    ]
+    task_id = uuid.uuid4()
+    wait = waits.enter(drive, step=step.id, kind="task", park_kind="TASK", outcome="wait-task", task=str(task_id))
+    due_at = None
+    if step.due is not None:
+        seconds, at = delay_of(drive, step.due.delay, step.id)
+        # the task row is inserted first so timers can reference it
+    db.execute(
+        "INSERT INTO workflow_tasks (id, run_id, branch_id, step, title, description, task_type, assignment_mode, "
+        "assignment_value, status, decisions, require_version_stability, subject_version, due_at, "
+        "reminder_every_seconds, reminder_count, reservation_owner, decision, completed_by, created_at, updated_at) "
+        "VALUES (%s,%s,'',%s,%s,%s,%s,%s,%s,'OPEN',%s,%s,%s,NULL,%s,0,NULL,'','',now(),now())",
+        [
+            task_id,
+            run["id"],
+            step.id,
+            title,
+            description,
+            step.task_type,
+            mode,
+            value,
+            db.jsonb(snapshot),
+            step.require_version_stability,
+            run["subject_version"] or "",
+            step.reminder_every_seconds,
+        ],
+    )
+    if step.due is not None:
+        timer = waits.add_timer(
+            drive, wait, timer_kind="DUE", step=step.id, delay_seconds=seconds, at=at, task_id=task_id
+        )
+        due_at = timer["fire_at"]
+        db.execute("UPDATE workflow_tasks SET due_at = %s WHERE id = %s", [due_at, task_id])
+    if step.reminder_every_seconds:
+        waits.add_timer(
+            drive,
+            wait,
+            timer_kind="REMINDER",
+            step=step.id,
+            delay_seconds=step.reminder_every_seconds,
+            task_id=task_id,
+            interval_seconds=step.reminder_every_seconds,
+        )
+    drive.history.add(
+        "TASK_CREATED",
+        step=step.id,
+        command_id=drive.command_id,
+        actor=drive.actor,
+        payload={"task": str(task_id), "assignment": {"mode": mode, "value": value}},
+    )
+    outbox.notify_task(drive, task_id=task_id, reason="opened")
+    return WAIT

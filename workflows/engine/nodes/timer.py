@@ -1,0 +1,33 @@
+"""``timer``: wait until a delay (database clock) or an instant has passed (a FIRE timer)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from workflows.definitions.plan import Delay, TimerStep
+from workflows.engine import waits
+from workflows.engine.drive import DeterministicFailure, Drive
+from workflows.engine.evaluate import evaluate
+from workflows.engine.nodes.base import WAIT, Outcome
+
+
+def delay_of(drive: Drive, delay: Delay, step: str) -> tuple[float, datetime | None]:
+    if delay.at is not None:
+        value = evaluate(delay.at, {"state": drive.run["state"]}, step=step, field="at")
+        if isinstance(value, datetime):
+            return 0.0, value
+        if isinstance(value, str):
+            try:
+                return 0.0, datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError as exc:
+                raise DeterministicFailure(f"DETERMINISTIC_FAILURE: at of step {step} is not an instant") from exc
+        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: at of step {step} is not an instant")
+    return float(delay.seconds or 0.0), None
+
+
+def execute(drive: Drive, step: TimerStep) -> Outcome:
+    wait = waits.enter(drive, step=step.id, kind="timer", park_kind="TIMER", outcome="wait-timer")
+    seconds, at = delay_of(drive, step.delay, step.id)
+    timer = waits.add_timer(drive, wait, timer_kind="FIRE", step=step.id, delay_seconds=seconds, at=at)
+    wait["fire"] = timer["timer_id"]
+    return WAIT

@@ -1,0 +1,236 @@
+"""The outbox: side effects a segment decided on, recorded in its transaction and delivered
+after commit (at least once; receivers get an idempotency key).
+
+Kinds: SERVICE and COMPENSATION (a registered handler or a signed webhook), NOTIFY (task
+emails to assignees), RESUME (a child run ended: record a RESUME command on its caller).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import urllib.request
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+
+from workflows.engine import db, wakeups
+from workflows.engine.actors import Actor
+from workflows.engine.drive import Drive
+
+log = logging.getLogger("workflows.engine")
+MAX_DELIVERY_ATTEMPTS = 10
+LEASE_SECONDS = 60
+
+
+def attribution_headers(actor: Actor, *, full: bool) -> dict[str, str]:
+    headers = {"x-workflow-actor-kind": actor.kind, "x-workflow-attribution": actor.status}
+    if full:
+        if actor.id:
+            headers["x-workflow-actor-id"] = actor.id
+        if actor.reason:
+            headers["x-workflow-actor-reason"] = actor.reason
+        if actor.on_behalf_of:
+            headers["x-workflow-on-behalf-of"] = actor.on_behalf_of
+    return headers
+
+
+def strip_forged(headers: dict[str, Any] | None) -> dict[str, str]:
+    """Application-set x-workflow-* headers are removed (any case) before ours are added."""
+    return {str(k): str(v) for k, v in (headers or {}).items() if not str(k).lower().startswith("x-workflow-")}
+
+
+def _insert(drive: Drive, *, step: str, kind: str, target: str, payload: Any, key: str, headers: dict[str, str]) -> int:
+    row = db.fetchone(
+        "INSERT INTO workflow_outbox (run_id, command_id, step, kind, target, payload, headers, idempotency_key, "
+        "status, attempts, available_at, last_error, created_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,'PENDING',0,now(),'',"
+        "now()) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id",
+        [drive.run["id"], drive.command_id, step, kind, target[:2048], db.jsonb(payload), db.jsonb(headers), key],
+    )
+    if row is None:
+        return 0
+    intent_id = int(row[0])
+    drive.effects.append(intent_id)
+    wakeups.deliver(intent_id)
+    return intent_id
+
+
+def record(drive: Drive, *, step: str, kind: str, target: str, payload: Any, headers: dict[str, Any] | None = None) -> int:
+    key = f"{drive.run['id']}:{drive.command_id}:{step}:{drive.steps}"
+    merged = strip_forged(headers)
+    merged.update(attribution_headers(drive.actor, full=True))
+    merged["idempotency-key"] = key
+    drive.history.add("SERVICE_DISPATCHED", step=step, command_id=drive.command_id, actor=drive.actor,
+                      payload={"target": target if _plain_name(target) else "[webhook]"})
+    return _insert(drive, step=step, kind=kind, target=target, payload=payload, key=key, headers=merged)
+
+
+def compensate(drive: Drive, *, forward_step: str, compensation_step: str) -> int:
+    plan = drive.plan
+    assert plan is not None
+    from workflows.definitions.plan import CompensationStep
+
+    comp = plan.steps.get(compensation_step)
+    if not isinstance(comp, CompensationStep):
+        return 0
+    state = drive.run["state"]
+    payload = comp.payload.evaluate({"state": state}) if comp.payload is not None else state
+    key = f"{drive.run['id']}:compensate:{compensation_step}:{forward_step}"
+    headers = attribution_headers(drive.actor, full=True)
+    headers["idempotency-key"] = key
+    drive.history.add("COMPENSATION_DISPATCHED", step=compensation_step, command_id=drive.command_id,
+                      actor=drive.actor, payload={"forward_step": forward_step})
+    return _insert(drive, step=compensation_step, kind="COMPENSATION", target=comp.target, payload=payload, key=key,
+                   headers=headers)
+
+
+def notify_task(drive: Drive, *, task_id: UUID, reason: str, seq: int = 0) -> int:
+    key = f"notify:{task_id}:{reason}:{seq}"
+    return _insert(drive, step="", kind="NOTIFY", target=str(task_id), payload={"reason": reason}, key=key,
+                   headers={})
+
+
+def resume_parent(drive: Drive, *, status: str) -> int:
+    run = drive.run
+    key = f"resume:{run['id']}"
+    payload = {"child": str(run["id"]), "status": status, "state": run["state"]}
+    return _insert(drive, step=run.get("parent_step") or "", kind="RESUME", target=str(run["parent_run_id"]),
+                   payload=payload, key=key, headers={})
+
+
+def _plain_name(target: str) -> bool:
+    return not target.startswith(("http://", "https://"))
+
+
+# --- delivery (called by a Celery task with an id, and by the sweep) ----------------------
+
+
+def _claim(intent_id: int) -> dict[str, Any] | None:
+    return db.fetchdict(
+        "UPDATE workflow_outbox o SET status = 'DELIVERING', attempts = attempts + 1, token = gen_random_uuid(), "
+        "lease_until = now() + make_interval(secs => %s) WHERE o.id = %s AND o.available_at <= now() AND "
+        "(o.status = 'PENDING' OR (o.status = 'DELIVERING' AND o.lease_until < now())) "
+        # compensations of one run go out one at a time, in the order they were recorded
+        "AND NOT (o.kind = 'COMPENSATION' AND EXISTS (SELECT 1 FROM workflow_outbox e WHERE e.run_id = o.run_id "
+        "AND e.kind = 'COMPENSATION' AND e.id < o.id AND e.status IN ('PENDING','DELIVERING'))) "
+        "RETURNING o.id, o.run_id, o.command_id, o.step, o.kind, o.target, o.payload, o.headers, "
+        "o.idempotency_key, o.attempts, o.token",
+        [LEASE_SECONDS, intent_id],
+    )
+
+
+def deliver(intent_id: int) -> str:
+    """Deliver one intent if it is due and unclaimed. Answers the resulting status."""
+    with transaction.atomic():
+        intent = _claim(intent_id)
+    if intent is None:
+        return "SKIPPED"
+    try:
+        _perform(intent)
+    except Exception as exc:
+        log.warning("outbox delivery failed for intent %s (%s)", intent_id, type(exc).__name__)
+        dead = intent["attempts"] >= MAX_DELIVERY_ATTEMPTS
+        db.execute(
+            "UPDATE workflow_outbox SET status = %s, token = NULL, lease_until = NULL, last_error = %s, "
+            "available_at = now() + make_interval(secs => %s) WHERE id = %s AND token = %s",
+            [
+                "DEAD" if dead else "PENDING",
+                f"DELIVERY_FAILED: attempt {intent['attempts']} failed ({type(exc).__name__})",
+                min(2 ** intent["attempts"], 300),
+                intent_id,
+                intent["token"],
+            ],
+        )
+        return "DEAD" if dead else "RETRY"
+    db.execute(
+        "UPDATE workflow_outbox SET status = 'DELIVERED', delivered_at = now(), token = NULL, lease_until = NULL "
+        "WHERE id = %s AND token = %s",
+        [intent_id, intent["token"]],
+    )
+    _release_next_compensation(intent)
+    return "DELIVERED"
+
+
+def _release_next_compensation(intent: dict[str, Any]) -> None:
+    if intent["kind"] != "COMPENSATION":
+        return
+    row = db.fetchone(
+        "SELECT id FROM workflow_outbox WHERE run_id = %s AND kind = 'COMPENSATION' AND status = 'PENDING' "
+        "ORDER BY id LIMIT 1",
+        [intent["run_id"]],
+    )
+    if row and wakeups._intent_notifier is not None:
+        wakeups._intent_notifier([int(row[0])])
+
+
+def _perform(intent: dict[str, Any]) -> None:
+    kind = intent["kind"]
+    if kind in ("SERVICE", "COMPENSATION"):
+        target = intent["target"]
+        if _plain_name(target):
+            from workflows.engine.evaluate import call_callback
+
+            call_callback(target, "service", {"payload": intent["payload"], "headers": dict(intent["headers"] or {}),
+                                               "idempotency_key": intent["idempotency_key"]})
+        else:
+            _webhook(target, intent)
+    elif kind == "NOTIFY":
+        _notify(intent)
+    elif kind == "RESUME":
+        from workflows.engine import recording
+
+        recording.record_resume(
+            parent_id=intent["target"], child_id=intent["payload"]["child"], status=intent["payload"]["status"],
+            result=intent["payload"].get("state"), step=intent["step"],
+        )
+    else:  # pragma: no cover - kinds are written by this module only
+        raise ValueError("unknown intent kind")
+
+
+def _webhook(url: str, intent: dict[str, Any]) -> None:
+    body = json.dumps(intent["payload"], separators=(",", ":")).encode("utf-8")
+    key = hashlib.sha256(("switchyard-webhook:" + settings.SECRET_KEY).encode()).digest()
+    signature = hmac.new(key, body, hashlib.sha256).hexdigest()
+    headers = {"Content-Type": "application/json", "x-switchyard-signature": f"sha256={signature}"}
+    headers.update({k: v for k, v in (intent["headers"] or {}).items()})
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        if response.status >= 300:
+            raise RuntimeError("webhook answered an error status")
+
+
+def _notify(intent: dict[str, Any]) -> None:
+    from django.contrib.auth import get_user_model
+
+    task = db.fetchdict(
+        "SELECT id, title, assignment_mode, assignment_value, status FROM workflow_tasks WHERE id = %s",
+        [intent["target"]],
+    )
+    if task is None or task["status"] not in ("OPEN", "COMPLETING"):
+        return
+    users = get_user_model().objects.filter(is_active=True)
+    if task["assignment_mode"] == "user":
+        users = users.filter(username=task["assignment_value"])
+    else:
+        users = users.filter(groups__name=task["assignment_value"])
+    recipients = sorted({u.email for u in users if u.email})
+    if not recipients:
+        return
+    link = f"{getattr(settings, 'SITE_URL', '').rstrip('/')}/tasks/{task['id']}/"
+    reason = (intent["payload"] or {}).get("reason", "opened")
+    subject = ("Reminder: " if reason == "reminder" else "New task: ") + task["title"]
+    send_mail(subject[:998], f"{task['title']}\n\nOpen the task: {link}\n", settings.DEFAULT_FROM_EMAIL, recipients)
+
+
+def due_intents(limit: int = 100) -> list[int]:
+    rows = db.fetchall(
+        "SELECT id FROM workflow_outbox WHERE status IN ('PENDING','DELIVERING') AND available_at <= now() "
+        "AND (status = 'PENDING' OR lease_until < now()) ORDER BY id LIMIT %s",
+        [limit],
+    )
+    return [int(r[0]) for r in rows]

@@ -1,0 +1,463 @@
+"""Recording: commands written in the caller's transaction, in the reference's check order.
+
+Every function here runs inside a transaction (``operations`` opens one when the caller has
+none). Lock-free checks come first (duplicate, existence, declared name, payload bounds);
+then the execution lock, the checks again on the locked row, the dedup claim and the insert.
+A refusal before the claim writes nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from workflows import conf
+from workflows.engine import bounds, commands, db, locks, observers, teardown, wakeups
+from workflows.engine.actors import NONE, Actor, sanitise
+from workflows.engine.drive import Drive
+from workflows.engine.segment import named
+from workflows.exceptions import (
+    IdempotencyConflict,
+    InstanceNotFound,
+    InvalidPayload,
+    MigrationIllegalState,
+    SignalLimit,
+    SignalRejected,
+    TaskNotFound,
+    TaskNotWaiting,
+    Violation,
+)
+
+ENDED = ("COMPLETED", "CANCELLED", "COMPENSATED", "EXPIRED")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a recording answers: the command (None for inline operations) and its run."""
+
+    run_id: str
+    command_id: int | None
+    kind: str
+    status: str
+    seq: int | None
+    replay: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.command_id, "run": self.run_id, "kind": self.kind, "status": self.status, "seq": self.seq}
+
+
+def _check_key(key: str | None, what: str) -> None:
+    if key is not None and (len(key) > 255 or not key.strip()):
+        raise InvalidPayload(
+            f"{what} must be 1 to 255 characters",
+            violations=[Violation(pointer="", type="size", message=f"{what} must be 1 to 255 characters")],
+        )
+
+
+def _dedup_find(kind: str, scope: str, key: str) -> dict[str, Any] | None:
+    return db.fetchdict(
+        "SELECT fingerprint, run_id, command_id, result FROM workflow_dedup WHERE kind = %s AND scope = %s AND key = %s",
+        [kind, scope, key],
+    )
+
+
+def _dedup_claim(kind: str, scope: str, key: str, fp: str, run_id: Any, command_id: int | None) -> bool:
+    row = db.fetchone(
+        "INSERT INTO workflow_dedup (kind, scope, key, fingerprint, run_id, command_id, created_at) "
+        "VALUES (%s,%s,%s,%s,%s,%s,now()) ON CONFLICT (kind, scope, key) DO NOTHING RETURNING id",
+        [kind, scope, key, fp, run_id, command_id],
+    )
+    return row is not None
+
+
+def _replay(found: dict[str, Any], fp: str, kind: str) -> Recorded:
+    if found["fingerprint"] != fp:
+        raise IdempotencyConflict("the idempotency key was used for another request")
+    row = db.fetchdict("SELECT id, run_id, kind, status, seq FROM workflow_commands WHERE id = %s", [found["command_id"]])
+    if row is None:
+        return Recorded(str(found["run_id"]), found["command_id"], kind, "COMPLETE", None, replay=True)
+    return Recorded(str(row["run_id"]), row["id"], row["kind"], row["status"], row["seq"], replay=True)
+
+
+def _absent(actor: Actor, kind: str) -> None:
+    if actor.kind == "NONE":
+        observers.emit(observers.ActorAbsent(kind))
+
+
+def _save_counters(run: dict[str, Any]) -> None:
+    db.execute(
+        "UPDATE workflow_runs SET next_seq = %s, open_signals = %s, updated_at = now() WHERE id = %s",
+        [run["next_seq"], run["open_signals"], run["id"]],
+    )
+
+
+# --- start ---------------------------------------------------------------------------------
+
+
+def start(
+    *,
+    definition_id: str,
+    payload: Any,
+    version: int | None = None,
+    scope: str | None = None,
+    business_key: str = "",
+    idempotency_key: str | None = None,
+    actor: Actor = NONE,
+    context: Any = None,
+    parent: dict[str, Any] | None = None,
+) -> Recorded:
+    from workflows.definitions import schemas, selection
+
+    start_scope = scope or "default"
+    _check_key(idempotency_key, "idempotency key")
+    if business_key and len(business_key) > 255:
+        raise InvalidPayload("business key must be at most 255 characters",
+                             violations=[Violation(pointer="/business_key", type="size",
+                                                   message="at most 255 characters")])
+    fp = commands.fingerprint({"definition_id": definition_id, "payload": payload, "business_key": business_key})
+    dedup_scope = f"{start_scope}\x1f{definition_id}"
+    if idempotency_key:
+        found = _dedup_find("START", dedup_scope, idempotency_key)
+        if found is not None:
+            return _replay_start(found, fp, version)
+    chosen = selection.select_for_start(start_scope=start_scope, definition_id=definition_id, version=version)
+    bounds.check_payload(payload)
+    if chosen.start_schema:
+        problems = schemas.validate(chosen.start_schema, payload)
+        if problems:
+            raise InvalidPayload(
+                f"invalid start payload for {named(definition_id)} v{chosen.version}", violations=problems
+            )
+    run_id = uuid.uuid4()
+    if idempotency_key and not _dedup_claim("START", dedup_scope, idempotency_key, fp, run_id, None):
+        found = _dedup_find("START", dedup_scope, idempotency_key)
+        assert found is not None
+        return _replay_start(found, fp, version)
+    parent = parent or {}
+    db.execute(
+        "INSERT INTO workflow_runs (id, scope, definition_id, version, plan_hash, start_scope, status, state, "
+        "state_version, current_step, wait, subject_type, subject_id, subject_version, business_key, context, "
+        "failure_code, failure_message, parent_run_id, parent_step, parent_branch, call_depth, compensation, "
+        "next_seq, open_signals, history_seq, cancel_reason, created_at, updated_at, ended_at, actor_kind, actor_id, "
+        "actor_reason, on_behalf_of, attribution_status) VALUES (%s,%s,%s,%s,%s,%s,'PENDING',NULL,0,NULL,NULL,'','',"
+        "'',%s,%s,'','',%s,%s,%s,%s,NULL,1,0,0,'',now(),now(),NULL,%s,%s,%s,%s,%s)",
+        [
+            run_id,
+            chosen.scope,
+            definition_id,
+            chosen.version,
+            chosen.plan_hash,
+            start_scope,
+            business_key or "",
+            db.jsonb(context),
+            parent.get("run_id"),
+            parent.get("step", ""),
+            parent.get("branch", ""),
+            int(parent.get("depth", 0)),
+            *actor.columns(),
+        ],
+    )
+    run = {"id": run_id, "next_seq": 1, "open_signals": 0}
+    cmd = commands.insert(run, kind="START", actor=actor, payload=payload, dedup_key=idempotency_key or "", fp=fp,
+                          context=context)
+    _save_counters(run)
+    if idempotency_key:
+        db.execute(
+            "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'START' AND scope = %s AND key = %s",
+            [cmd["id"], dedup_scope, idempotency_key],
+        )
+    _absent(actor, "START")
+    wakeups.wake(run_id)
+    return Recorded(str(run_id), cmd["id"], "START", "PENDING", cmd["seq"])
+
+
+def _replay_start(found: dict[str, Any], fp: str, version: int | None) -> Recorded:
+    if version is not None:
+        pinned = db.fetchone("SELECT version FROM workflow_runs WHERE id = %s", [found["run_id"]])
+        if pinned is not None and int(pinned[0]) != int(version):
+            raise IdempotencyConflict("the idempotency key was used for another version")
+    return _replay(found, fp, "START")
+
+
+# --- signal --------------------------------------------------------------------------------
+
+
+def _declared(run: dict[str, Any], name: str) -> bool:
+    row = db.fetchone(
+        "SELECT signal_names, contract_signals FROM workflow_definitions WHERE scope = %s AND definition_id = %s "
+        "AND version = %s",
+        [run["scope"], run["definition_id"], run["version"]],
+    )
+    if row is None or (row[0] is None and row[1] is None):
+        return True  # no declaration stored: the executor rejects an undeclared name
+    names = set(row[0] or []) | set((row[1] or {}).keys())
+    return name in names
+
+
+def signal(
+    *,
+    run_id: Any,
+    name: str,
+    payload: Any = None,
+    branch: str | None = None,
+    idempotency_key: str | None = None,
+    actor: Actor = NONE,
+    context: Any = None,
+) -> Recorded:
+    _check_key(idempotency_key, "idempotency key")
+    if not name or len(name) > 255:
+        raise InvalidPayload("signal name must be 1 to 255 characters",
+                             violations=[Violation(pointer="/name", type="size", message="1 to 255 characters")])
+    fp = commands.fingerprint({"name": name, "payload": payload})
+    dedup_scope = f"{run_id}\x1f{branch or ''}"
+    if idempotency_key:
+        found = _dedup_find("SIGNAL", dedup_scope, idempotency_key)
+        if found is not None:
+            return _replay(found, fp, "SIGNAL")
+    run = db.fetchdict(
+        "SELECT id, scope, definition_id, version, status FROM workflow_runs WHERE id = %s", [run_id]
+    )
+    if run is None:
+        raise InstanceNotFound("run not found")
+    if run["status"] in ENDED:
+        raise SignalRejected(f"run {run_id} has ended; signal {named(name)} refused")
+    if not _declared(run, name):
+        raise SignalRejected(f"signal {named(name)} is not declared for run {run_id} (version {run['version']})")
+    bounds.check_payload(payload, what=f"payload of signal {named(name)} for run {run_id}")
+    locked = locks.lock_run(run_id)
+    if idempotency_key:
+        found = _dedup_find("SIGNAL", dedup_scope, idempotency_key)
+        if found is not None:
+            return _replay(found, fp, "SIGNAL")
+    if locked["status"] in ENDED:
+        raise SignalRejected(f"run {run_id} has ended; signal {named(name)} refused")
+    limit = conf.get().RECORDING.MAX_OPEN_SIGNALS_PER_INSTANCE
+    raised = db.fetchone(
+        "UPDATE workflow_runs SET open_signals = open_signals + 1 WHERE id = %s AND open_signals < %s "
+        "RETURNING open_signals",
+        [run_id, limit],
+    )
+    if raised is None:
+        raise SignalLimit(f"run {run_id} has {limit} open signals; signal {named(name)} refused")
+    locked["open_signals"] = int(raised[0])
+    target: dict[str, Any] = {"name": name}
+    if branch:
+        target["branch"] = branch
+    if idempotency_key and not _dedup_claim("SIGNAL", dedup_scope, idempotency_key, fp, run_id, None):
+        raise IdempotencyConflict("the idempotency key is being used concurrently")
+    cmd = commands.insert(locked, kind="SIGNAL", actor=actor, payload=payload, target=target,
+                          dedup_key=idempotency_key or "", fp=fp, context=context)
+    _save_counters(locked)
+    if idempotency_key:
+        db.execute("UPDATE workflow_dedup SET command_id = %s WHERE kind = 'SIGNAL' AND scope = %s AND key = %s",
+                   [cmd["id"], dedup_scope, idempotency_key])
+    _absent(actor, "SIGNAL")
+    wakeups.wake(run_id)
+    return Recorded(str(run_id), cmd["id"], "SIGNAL", "PENDING", cmd["seq"])
+
+
+# --- task completion and reassignment -------------------------------------------------------
+
+
+def _task_decision_checks(task: dict[str, Any], decision: str, payload: Any) -> None:
+    """Lock-free: bounds, then the snapshot's schema for the decision (value-free errors)."""
+    from workflows.definitions import schemas
+
+    bounds.check_payload(payload if payload is not None else {})
+    snapshot = {d["name"]: d for d in (task["decisions"] or [])}
+    chosen = snapshot.get(decision)
+    if chosen is None:
+        return  # decided under the lock
+    schema = chosen.get("schema")
+    if schema is None:
+        if payload not in (None, {}):
+            raise InvalidPayload(
+                "this decision takes no payload",
+                violations=[Violation(pointer="", type="payload", message="this decision takes no payload")],
+            )
+        return
+    problems = schemas.validate(schema, payload if payload is not None else {})
+    if problems:
+        raise InvalidPayload("invalid decision payload", violations=problems)
+
+
+def complete_task(
+    *,
+    task_id: Any,
+    decision: str,
+    payload: Any = None,
+    expected_assignment: dict[str, Any] | None = None,
+    subject_version: str | None = None,
+    idempotency_key: str | None = None,
+    actor: Actor = NONE,
+) -> Recorded:
+    _check_key(idempotency_key, "idempotency key")
+    fp = commands.fingerprint({"decision": decision, "payload": payload, "subject_version": subject_version})
+    if idempotency_key:
+        found = _dedup_find("COMPLETION", str(task_id), idempotency_key)
+        if found is not None:
+            return _replay(found, fp, "COMPLETION")
+    task = db.fetchdict(
+        "SELECT id, run_id, status, decisions, assignment_mode, assignment_value, require_version_stability "
+        "FROM workflow_tasks WHERE id = %s",
+        [task_id],
+    )
+    if task is None:
+        raise TaskNotFound("task not found")
+    _task_decision_checks(task, decision, payload)
+    run = locks.lock_run(task["run_id"])
+    if idempotency_key:
+        found = _dedup_find("COMPLETION", str(task_id), idempotency_key)
+        if found is not None:
+            return _replay(found, fp, "COMPLETION")
+    task = db.fetchdict(
+        "SELECT id, run_id, status, decisions, assignment_mode, assignment_value, require_version_stability "
+        "FROM workflow_tasks WHERE id = %s FOR UPDATE",
+        [task_id],
+    )
+    assert task is not None
+    if task["status"] != "OPEN":
+        raise TaskNotWaiting(f"task {task_id} is not waiting for a decision")
+    if expected_assignment is not None and (
+        str(expected_assignment.get("mode", "")).replace("role", "group") != task["assignment_mode"]
+        or str(expected_assignment.get("value", "")) != task["assignment_value"]
+    ):
+        raise TaskNotWaiting(f"task {task_id} was reassigned")
+    if task["require_version_stability"] and str(subject_version or "") != str(run["subject_version"] or ""):
+        raise TaskNotWaiting(f"task {task_id}: the reviewed subject version is stale")
+    if decision not in {d["name"] for d in (task["decisions"] or [])}:
+        raise InvalidPayload(
+            "the decision is not offered by this task",
+            violations=[Violation(pointer="/decision", type="decision", message="not offered by this task")],
+        )
+    if idempotency_key and not _dedup_claim("COMPLETION", str(task_id), idempotency_key, fp, run["id"], None):
+        raise IdempotencyConflict("the idempotency key is being used concurrently")
+    target = {"decision": decision, "payload": payload, "subject_version": subject_version,
+              "completed_by": actor.id or actor.reason}
+    cmd = commands.insert(run, kind="COMPLETION", actor=actor, target=target, task_id=task_id,
+                          dedup_key=idempotency_key or "", fp=fp)
+    _save_counters(run)
+    db.execute(
+        "UPDATE workflow_tasks SET status = 'COMPLETING', reservation_owner = %s, updated_at = now() "
+        "WHERE id = %s AND status = 'OPEN'",
+        [cmd["id"], task_id],
+    )
+    if idempotency_key:
+        db.execute("UPDATE workflow_dedup SET command_id = %s WHERE kind = 'COMPLETION' AND scope = %s AND key = %s",
+                   [cmd["id"], str(task_id), idempotency_key])
+    _absent(actor, "COMPLETION")
+    wakeups.wake(run["id"])
+    return Recorded(str(run["id"]), cmd["id"], "COMPLETION", "PENDING", cmd["seq"])
+
+
+def reassign_task(*, task_id: Any, mode: str, value: str, actor: Actor = NONE) -> None:
+    """Inline, in the caller's transaction: a COMPLETING task refuses (TASK_NOT_WAITING)."""
+    mode = "group" if mode == "role" else mode
+    if mode not in ("user", "group") or not value or len(value) > 255:
+        raise InvalidPayload("assignment must be user or group with a name",
+                             violations=[Violation(pointer="/mode", type="enum", message="user or group")])
+    task = db.fetchdict("SELECT id, run_id FROM workflow_tasks WHERE id = %s", [task_id])
+    if task is None:
+        raise TaskNotFound("task not found")
+    run = locks.lock_run(task["run_id"])
+    locked = db.fetchdict("SELECT id, step, status, branch_id FROM workflow_tasks WHERE id = %s FOR UPDATE", [task_id])
+    assert locked is not None
+    if locked["status"] != "OPEN":
+        raise TaskNotWaiting(f"task {task_id} is not waiting for a decision")
+    db.execute(
+        "UPDATE workflow_tasks SET assignment_mode = %s, assignment_value = %s, updated_at = now() WHERE id = %s",
+        [mode, value, task_id],
+    )
+    drive = Drive.for_run(run, None, actor)
+    drive.history.add("TASK_REASSIGNED", step=locked["step"], branch_id=locked["branch_id"], actor=actor,
+                      payload={"task": str(task_id), "assignment": {"mode": mode, "value": value}})
+    from workflows.engine import outbox
+
+    outbox.notify_task(drive, task_id=locked["id"], reason=f"reassigned-{drive.history.next_seq}")
+    drive.save()
+
+
+# --- cancel, retry, migrate ------------------------------------------------------------------
+
+
+def cancel(*, run_id: Any, reason: str = "", actor: Actor = NONE) -> None:
+    run = locks.lock_run(run_id)
+    if run["status"] in ENDED:
+        raise SignalRejected(f"run {run_id} has ended (status {run['status']})")
+    teardown.cancel_locked(run, actor=actor, reason=sanitise(reason) if reason else "")
+
+
+def retry(*, run_id: Any, actor: Actor = NONE) -> Recorded:
+    run = locks.lock_run(run_id)
+    if run["status"] in ENDED:
+        raise SignalRejected(f"run {run_id} has ended (status {run['status']})")
+    has_dead = db.fetchone("SELECT 1 FROM workflow_commands WHERE run_id = %s AND status = 'DEAD' LIMIT 1", [run_id])
+    if run["status"] != "FAILED" and has_dead is None:
+        raise SignalRejected(f"run {run_id} has nothing to retry (status {run['status']})")
+    pending = db.fetchdict(
+        "SELECT id, kind, status, seq FROM workflow_commands WHERE run_id = %s AND kind = 'RETRY' "
+        "AND status IN ('PENDING','DEFERRED','CLAIMED') ORDER BY seq LIMIT 1",
+        [run_id],
+    )
+    if pending is not None:
+        return Recorded(str(run_id), pending["id"], "RETRY", pending["status"], pending["seq"], replay=True)
+    cmd = commands.insert(run, kind="RETRY", actor=actor)
+    _save_counters(run)
+    _absent(actor, "RETRY")
+    wakeups.wake(run_id)
+    return Recorded(str(run_id), cmd["id"], "RETRY", "PENDING", cmd["seq"])
+
+
+def migrate(
+    *,
+    run_id: Any,
+    target_version: int,
+    target_scope: str | None = None,
+    target_step: str | None = None,
+    action: str = "move",
+    actor: Actor = NONE,
+    migration_id: int | None = None,
+) -> Recorded:
+    run = locks.lock_run(run_id)
+    if run["status"] in ENDED:
+        raise MigrationIllegalState(f"run {run_id} has ended (status {run['status']})")
+    if target_scope is not None and target_scope not in (run["scope"], run["start_scope"], "default"):
+        raise MigrationIllegalState("target scope not admitted")
+    if action not in ("move", "cancel", "end"):
+        raise InvalidPayload("action must be move, cancel or end",
+                             violations=[Violation(pointer="/action", type="enum", message="move, cancel or end")])
+    target = {"version": int(target_version), "scope": target_scope or run["scope"], "step": target_step,
+              "action": action, "migration": migration_id}
+    pending = db.fetchdict(
+        "SELECT id, status, seq, target FROM workflow_commands WHERE run_id = %s AND kind = 'MIGRATION' "
+        "AND status IN ('PENDING','DEFERRED','CLAIMED') ORDER BY seq LIMIT 1",
+        [run_id],
+    )
+    if pending is not None:
+        if (pending["target"] or {}) == target:
+            return Recorded(str(run_id), pending["id"], "MIGRATION", pending["status"], pending["seq"], replay=True)
+        raise MigrationIllegalState("another migration of this run is pending")
+    cmd = commands.insert(run, kind="MIGRATION", actor=actor, target=target)
+    _save_counters(run)
+    _absent(actor, "MIGRATION")
+    wakeups.wake(run_id)
+    return Recorded(str(run_id), cmd["id"], "MIGRATION", "PENDING", cmd["seq"])
+
+
+def record_resume(*, parent_id: Any, child_id: str, status: str, result: Any, step: str) -> None:
+    """A called run ended: record a RESUME command on its caller (once per child)."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        if not _dedup_claim("RESUME", str(parent_id), child_id, "", parent_id, None):
+            return
+        run = locks.lock_run(parent_id)
+        if run["status"] in ENDED:
+            return
+        cmd = commands.insert(run, kind="RESUME", actor=Actor(kind="SYSTEM", reason="called run ended",
+                                                              status="VERIFIED"),
+                              target={"child": child_id, "status": status, "step": step}, payload=result)
+        _save_counters(run)
+        wakeups.wake(parent_id)
+        del cmd

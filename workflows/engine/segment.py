@@ -1,0 +1,583 @@
+"""One segment: a claimed command applied in one transaction.
+
+try-lock the run → fence the claim (still CLAIMED with our token) → apply the command by
+kind (``_apply_<kind>``) → history → complete the command (0 rows updated = the claim no
+longer stands, and everything rolls back together).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connection, transaction
+
+from workflows.definitions import plan as p
+from workflows.definitions.plan import Plan
+from workflows.engine import commands, db, driver, locks, outcomes, outbox, teardown, waits
+from workflows.engine.actors import Actor
+from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
+from workflows.engine.evaluate import apply_set, evaluate
+from workflows.engine.nodes.base import WAIT
+
+log = logging.getLogger("workflows.engine")
+_PLAIN = re.compile(r"^[A-Za-z0-9_.$-]{1,255}$")
+
+
+class Busy(Exception):
+    """The run's execution lock is held by another transaction."""
+
+
+class Fenced(Exception):
+    """The claim no longer stands (settled, cancelled or re-claimed by another executor)."""
+
+
+def named(name: str) -> str:
+    return name if _PLAIN.match(name or "") else "[unnamed]"
+
+
+def actor_of(row: dict[str, Any]) -> Actor:
+    return Actor(
+        kind=row.get("actor_kind") or "NONE",
+        id=row.get("actor_id") or "",
+        reason=row.get("actor_reason") or "",
+        on_behalf_of=row.get("on_behalf_of") or "",
+        status=row.get("attribution_status") or "ABSENT",
+    )
+
+
+COMMAND_COLUMNS = (
+    "id, run_id, seq, kind, timer_kind, status, payload, target, task_id, timer_id, attempts, recorded_at, "
+    "fire_at, token, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status, reconcile_action"
+)
+
+
+class Settle:
+    """How the executing command ends: status and the value-free reason."""
+
+    def __init__(self, status: str, reason: str = "") -> None:
+        self.status = status
+        self.reason = reason[:4000]
+
+
+def run(
+    *, command_id: int, run_id: Any, token: Any, plan: Plan | None, executor_id: str, deadline: float, max_steps: int
+) -> Settle:
+    """Apply a claimed command in one transaction. Raises Busy/Fenced/DeadlineExceeded or the failure."""
+    with transaction.atomic():
+        remaining_ms = max(1, int((deadline - __import__("time").monotonic()) * 1000))
+        with connection.cursor() as cur:
+            cur.execute("SELECT set_config('statement_timeout', %s, true)", [f"{remaining_ms}ms"])
+        run_row = locks.try_lock_run(run_id)
+        if run_row is None:
+            raise Busy()
+        cmd = db.fetchdict(
+            f"SELECT {COMMAND_COLUMNS} FROM workflow_commands WHERE id = %s AND status = 'CLAIMED' AND token = %s",  # noqa: S608
+            [command_id, token],
+        )
+        if cmd is None:
+            raise Fenced()
+        actor = actor_of(cmd)
+        drive = Drive.for_run(
+            run_row,
+            plan,
+            actor,
+            command_id=command_id,
+            command_kind=cmd["kind"],
+            executor_id=executor_id,
+            max_steps=max_steps,
+            deadline=deadline,
+            token=token,
+        )
+        if cmd.get("reconcile_action") == "resolve":
+            drive.resolved_effect = (cmd["target"] or {}).get("resolved_step", "") if cmd["kind"] != "SIGNAL" else ""
+        settle = apply(drive, cmd)
+        drive.save()
+        finish(drive, cmd, settle)
+        return settle
+
+
+def finish(drive: Drive, cmd: dict[str, Any], settle: Settle) -> None:
+    """Write the executing command's settlement, fenced on its token."""
+    if settle.status == "PARKED":
+        updated = db.execute(
+            "UPDATE workflow_commands SET status = 'PARKED', was_parked = true, attempts = greatest(attempts - 1, 0), "
+            "token = NULL, lease_until = NULL, claimed_by = '' WHERE id = %s AND status = 'CLAIMED' AND token = %s",
+            [cmd["id"], drive.token],
+        )
+    else:
+        updated = db.execute(
+            "UPDATE workflow_commands SET status = %s, last_error = %s, token = NULL, lease_until = NULL, "
+            "settled_at = now() WHERE id = %s AND status = 'CLAIMED' AND token = %s",
+            [settle.status, settle.reason, cmd["id"], drive.token],
+        )
+    if updated != 1:
+        raise Fenced()
+
+
+def apply(drive: Drive, cmd: dict[str, Any]) -> Settle:
+    kind = cmd["kind"]
+    target = cmd["target"] or {}
+    branch = target.get("branch") if kind == "SIGNAL" else None
+    decision = outcomes.decide(kind, drive.run["status"], branch_addressed=bool(branch))
+    if decision != outcomes.EXECUTE:
+        return settle_by_outcome(drive, cmd, decision)
+    handler = APPLY[kind]
+    return handler(drive, cmd)
+
+
+def settle_by_outcome(drive: Drive, cmd: dict[str, Any], decision: str) -> Settle:
+    reason = outcomes.reason(cmd["kind"], drive.run["status"])
+    if decision == outcomes.PARK:
+        drive.history.add("SIGNAL_PARKED", command_id=cmd["id"], actor=drive.actor,
+                          payload={"signal": named((cmd["target"] or {}).get("name", ""))})
+        return Settle("PARKED")
+    if cmd["kind"] == "SIGNAL":
+        drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
+    if cmd["kind"] == "COMPLETION" and cmd.get("task_id"):
+        if decision == outcomes.REJECT and drive.run["status"] == "FAILED":
+            _reopen(cmd)
+        else:
+            db.execute(
+                "UPDATE workflow_tasks SET status = 'CANCELLED', reservation_owner = NULL, closed_at = now(), "
+                "updated_at = now() WHERE id = %s AND status IN ('OPEN','COMPLETING')",
+                [cmd["task_id"]],
+            )
+    if cmd["kind"] == "TIMER" and cmd.get("timer_id"):
+        db.execute("UPDATE workflow_timers SET status = 'STALE' WHERE id = %s AND status = 'SCHEDULED'",
+                   [cmd["timer_id"]])
+    entry = {outcomes.REJECT: "COMMAND_REJECTED", outcomes.STALE: "COMMAND_STALE",
+             outcomes.CANCEL: "COMMAND_CANCELLED"}[decision]
+    drive.history.add(entry, command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":", 1)[0])
+    status = {outcomes.REJECT: "REJECTED", outcomes.STALE: "STALE", outcomes.CANCEL: "CANCELLED"}[decision]
+    return Settle(status, reason)
+
+
+def _reopen(cmd: dict[str, Any]) -> None:
+    db.execute(
+        "UPDATE workflow_tasks SET status = 'OPEN', reservation_owner = NULL, updated_at = now() "
+        "WHERE id = %s AND status = 'COMPLETING' AND reservation_owner = %s",
+        [cmd["task_id"], cmd["id"]],
+    )
+
+
+def _received(drive: Drive, cmd: dict[str, Any], payload: Any = None) -> None:
+    drive.history.add("COMMAND_RECEIVED", command_id=cmd["id"], actor=drive.actor,
+                      payload={"kind": cmd["kind"], "seq": cmd["seq"], **({"payload": payload} if payload is not None
+                                                                          else {})})
+
+
+def _completed(drive: Drive, cmd: dict[str, Any]) -> Settle:
+    drive.history.add("COMMAND_COMPLETED", command_id=cmd["id"], actor=drive.actor)
+    return Settle("COMPLETE")
+
+
+def _after_drive(drive: Drive, outcome: Any) -> None:
+    if outcome is WAIT or drive.run["status"] == "WAITING":
+        driver.drain_parked(drive)
+
+
+# --- START -------------------------------------------------------------------------------
+
+
+def _apply_start(drive: Drive, cmd: dict[str, Any]) -> Settle:
+    plan = drive.plan
+    assert plan is not None
+    if drive.run["status"] != "PENDING":
+        drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="ALREADY_STARTED")
+        return Settle("STALE", "ALREADY_STARTED: the run has already started")
+    payload = cmd["payload"]
+    _received(drive, cmd, payload)
+    initialise(drive, payload)
+    outcome = driver.run_from(drive, plan.initial_step)
+    _after_drive(drive, outcome)
+    return _completed(drive, cmd)
+
+
+def initialise(drive: Drive, payload: Any) -> None:
+    """The initial state (initialState CEL / mapper, or the payload), the subject, the baseline."""
+    plan = drive.plan
+    assert plan is not None
+    if plan.initial_state is not None:
+        state = evaluate(plan.initial_state, {"payload": payload}, step=plan.initial_step, field="initialState")
+    else:
+        state = payload if payload is not None else {}
+    drive.run["state"] = state
+    drive.run["state_version"] = 1
+    if plan.subject is not None:
+        subject = evaluate(plan.subject, {"state": state}, step=plan.initial_step, field="subject")
+        if isinstance(subject, dict):
+            drive.run["subject_type"] = str(subject.get("type") or "")[:64]
+            drive.run["subject_id"] = str(subject.get("id") or "")[:255]
+            drive.run["subject_version"] = str(subject.get("version") or "")[:64]
+    drive.history.baseline(state, version=1, command_id=drive.command_id, actor=drive.actor)
+    drive.history.add("WORKFLOW_STARTED", command_id=drive.command_id, actor=drive.actor, step=plan.initial_step)
+
+
+# --- SIGNAL ------------------------------------------------------------------------------
+
+
+def _apply_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
+    plan = drive.plan
+    assert plan is not None
+    target = cmd["target"] or {}
+    name = target.get("name", "")
+    _received(drive, cmd, cmd["payload"])
+    if not plan.waits_for(name):
+        reason = f"SIGNAL_REJECTED: the plan never waits for signal {named(name)}"
+        drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="SIGNAL_REJECTED")
+        drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
+        return Settle("REJECTED", reason)
+    wait = drive.run["wait"]
+    branch = target.get("branch")
+    if branch and branch_handler is not None:
+        return branch_handler(drive, cmd)
+    if not driver.accepts(wait, name, branch) or driver.deadline_blocked(drive.run["id"], wait, cmd["recorded_at"]):
+        drive.history.add("SIGNAL_PARKED", command_id=cmd["id"], actor=drive.actor, payload={"signal": named(name)})
+        return Settle("PARKED")
+    try:
+        with drive.savepoint():
+            drive.history.add("SIGNAL_RECEIVED", command_id=cmd["id"], actor=drive.actor,
+                              payload={"signal": named(name), "payload": cmd["payload"]})
+            outcome = driver.apply_signal(drive, name=name, payload=cmd["payload"])
+    except (DeterministicFailure, StepLimitExceeded) as exc:
+        reason = _failure_reason(exc)
+        drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
+        drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
+        return Settle("REJECTED", reason)
+    drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
+    _after_drive(drive, outcome)
+    return _completed(drive, cmd)
+
+
+def _failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, StepLimitExceeded):
+        return "STEP_LIMIT: the segment ran more nodes than maxStepsPerSegment"
+    if isinstance(exc, DeterministicFailure):
+        return exc.reason
+    return "DETERMINISTIC_FAILURE: the command failed"
+
+
+def apply_parked(drive: Drive, row: dict[str, Any]) -> bool:
+    """Apply one parked signal at the reached wait. True when applied."""
+    name = (row["target"] or {}).get("name", "")
+    executing_actor, executing_command = drive.actor, drive.command_id
+    drive.actor, drive.command_id = actor_of(row), row["id"]
+    try:
+        try:
+            with drive.savepoint():
+                drive.history.add("SIGNAL_APPLIED", command_id=row["id"], actor=drive.actor,
+                                  payload={"signal": named(name), "payload": row["payload"]})
+                driver.apply_signal(drive, name=name, payload=row["payload"])
+        except StepLimitExceeded:
+            # past the budget inside its savepoint: back to PENDING at its position
+            db.execute(
+                "UPDATE workflow_commands SET status = 'PENDING', available_at = now() "
+                "WHERE id = %s AND status = 'PARKED'",
+                [row["id"]],
+            )
+            return False
+        except DeterministicFailure as exc:
+            db.execute(
+                "UPDATE workflow_commands SET status = 'REJECTED', settled_at = now(), last_error = %s "
+                "WHERE id = %s AND status = 'PARKED'",
+                [exc.reason[:4000], row["id"]],
+            )
+            drive.history.add("COMMAND_REJECTED", command_id=row["id"], actor=drive.actor,
+                              outcome=exc.reason.split(":")[0])
+            drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
+            return False
+        db.execute(
+            "UPDATE workflow_commands SET status = 'COMPLETE', settled_at = now() WHERE id = %s AND status = 'PARKED'",
+            [row["id"]],
+        )
+        drive.history.add("COMMAND_COMPLETED", command_id=row["id"], actor=drive.actor)
+        drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
+        return True
+    finally:
+        drive.actor, drive.command_id = executing_actor, executing_command
+
+
+# --- COMPLETION ----------------------------------------------------------------------------
+
+
+def _apply_completion(drive: Drive, cmd: dict[str, Any]) -> Settle:
+    plan = drive.plan
+    assert plan is not None
+    task = db.fetchdict(
+        "SELECT id, step, branch_id, status, reservation_owner FROM workflow_tasks WHERE id = %s FOR UPDATE",
+        [cmd["task_id"]],
+    )
+    if task is None or task["status"] != "COMPLETING" or task["reservation_owner"] != cmd["id"]:
+        drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="TASK_NOT_RESERVED")
+        return Settle("STALE", "TASK_NOT_RESERVED: the task is not reserved by this completion")
+    if task["branch_id"] and completion_branch_handler is not None:
+        return completion_branch_handler(drive, cmd, task)
+    _received(drive, cmd)
+    target = cmd["target"] or {}
+    try:
+        with drive.savepoint():
+            outcome = apply_decision(drive, task, target)
+    except (DeterministicFailure, StepLimitExceeded) as exc:
+        reason = _failure_reason(exc)
+        _reopen(cmd)
+        drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
+        return Settle("REJECTED", reason)
+    _after_drive(drive, outcome)
+    return _completed(drive, cmd)
+
+
+def apply_decision(drive: Drive, task: dict[str, Any], target: dict[str, Any]) -> Any:
+    plan = drive.plan
+    assert plan is not None
+    wait = drive.run["wait"] or {}
+    if wait.get("kind") != "task" or wait.get("task") != str(task["id"]):
+        raise DeterministicFailure("DETERMINISTIC_FAILURE: the run does not wait for this task")
+    step = plan.steps.get(task["step"])
+    if not isinstance(step, p.HumanTaskStep):
+        raise DeterministicFailure("DETERMINISTIC_FAILURE: the task's step is not a human task")
+    name = target.get("decision", "")
+    chosen = next((d for d in step.decisions if d.name == name), None)
+    if chosen is None:
+        raise DeterministicFailure("DETERMINISTIC_FAILURE: the decision is not offered")
+    payload = target.get("payload")
+    if chosen.payload_schema:
+        from workflows.definitions import schemas
+
+        if schemas.validate(chosen.payload_schema, payload if payload is not None else {}):
+            raise DeterministicFailure("DETERMINISTIC_FAILURE: the decision payload is invalid")
+    if step.require_version_stability and str(target.get("subject_version") or "") != str(
+        drive.run["subject_version"] or ""
+    ):
+        raise DeterministicFailure("DETERMINISTIC_FAILURE: the reviewed subject version is stale")
+    waits.leave(drive, "decision")
+    db.execute(
+        "UPDATE workflow_tasks SET status = 'COMPLETED', decision = %s, completed_by = %s, closed_at = now(), "
+        "updated_at = now() WHERE id = %s",
+        [name, (target.get("completed_by") or drive.actor.id or "")[:255], task["id"]],
+    )
+    drive.history.add("TASK_COMPLETED", step=step.id, command_id=drive.command_id, actor=drive.actor,
+                      payload={"task": str(task["id"]), "decision": named(name)})
+    state = drive.run["state"]
+    new_state = apply_set(chosen.set, state, {"state": state, "payload": payload or {}, "decision": name},
+                          step=step.id, field="set")
+    drive.count_step()
+    drive.decide(step=step.id, outcome="task-decided", new_state=new_state, change=chosen.set is not None)
+    return driver.run_from(drive, chosen.next)
+
+
+# --- TIMER ---------------------------------------------------------------------------------
+
+
+def _apply_timer(drive: Drive, cmd: dict[str, Any]) -> Settle:
+    plan = drive.plan
+    assert plan is not None
+    timer = db.fetchdict(
+        "SELECT id, command_id, kind, status, step, branch_id, task_id, fire_at, interval_seconds "
+        "FROM workflow_timers WHERE id = %s FOR UPDATE",
+        [cmd["timer_id"]],
+    )
+    wait = drive.run["wait"] or {}
+
+    def stale(reason: str) -> Settle:
+        if timer is not None and timer["status"] == "SCHEDULED":
+            db.execute("UPDATE workflow_timers SET status = 'STALE' WHERE id = %s", [timer["id"]])
+        drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
+        return Settle("STALE", reason)
+
+    if timer is None or timer["status"] != "SCHEDULED" or timer["command_id"] != cmd["id"]:
+        return stale("TIMER_NOT_SCHEDULED: the timer is no longer scheduled")
+    if timer["branch_id"] and timer_branch_handler is not None:
+        return timer_branch_handler(drive, cmd, timer)
+    kind = timer["kind"]
+    step = plan.steps.get(timer["step"])
+    if kind == "REMINDER":
+        return _remind(drive, cmd, timer, stale)
+    if drive.run["status"] != "WAITING" or wait.get("step") != timer["step"]:
+        return stale("WAIT_LEFT: the run has left the wait")
+    _received(drive, cmd)
+    if kind == "FIRE":
+        if wait.get("fire") != timer["id"] or not isinstance(step, p.TimerStep):
+            return stale("WAIT_LEFT: the run has left the wait")
+        _fired(drive, cmd, timer)
+        drive.history.add("TIMER_FIRED", step=step.id, command_id=cmd["id"], actor=drive.actor)
+        waits.leave(drive, "timer", keep_timer=timer["id"])
+        state = drive.run["state"]
+        new_state = apply_set(step.set, state, {"state": state}, step=step.id, field="set")
+        drive.count_step()
+        drive.decide(step=step.id, outcome="timer-fired", new_state=new_state, change=step.set is not None)
+        outcome = driver.run_from(drive, step.next or "")
+    elif kind == "TIMEOUT":
+        if wait.get("timeout") != timer["id"] or not isinstance(step, p.WaitSignalStep) or step.timeout is None:
+            return stale("WAIT_LEFT: the run has left the wait")
+        _fired(drive, cmd, timer)
+        drive.history.add("TIMEOUT", step=step.id, command_id=cmd["id"], actor=drive.actor)
+        waits.leave(drive, "timer", keep_timer=timer["id"])
+        state = drive.run["state"]
+        new_state = apply_set(step.timeout.set, state, {"state": state}, step=step.id, field="timeout.set")
+        drive.count_step()
+        drive.decide(step=step.id, outcome="timeout", new_state=new_state, change=step.timeout.set is not None)
+        outcome = driver.run_from(drive, step.timeout.next)
+    elif kind == "DUE":
+        task = db.fetchdict("SELECT id, status FROM workflow_tasks WHERE id = %s FOR UPDATE", [timer["task_id"]])
+        if (task is None or task["status"] != "OPEN" or wait.get("task") != str(task["id"])
+                or not isinstance(step, p.HumanTaskStep) or step.due is None):
+            return stale("TASK_NOT_OPEN: the task is no longer open")
+        _fired(drive, cmd, timer)
+        db.execute(
+            "UPDATE workflow_tasks SET status = 'EXPIRED', closed_at = now(), updated_at = now() WHERE id = %s",
+            [task["id"]],
+        )
+        drive.history.add("TASK_EXPIRED", step=step.id, command_id=cmd["id"], actor=drive.actor,
+                          payload={"task": str(task["id"])})
+        waits.leave(drive, "timer", keep_timer=timer["id"])
+        state = drive.run["state"]
+        new_state = apply_set(step.due.set, state, {"state": state}, step=step.id, field="due.set")
+        drive.count_step()
+        drive.decide(step=step.id, outcome="task-expired", new_state=new_state, change=step.due.set is not None)
+        outcome = driver.run_from(drive, step.due.next)
+    else:
+        return stale("UNKNOWN_TIMER: the timer kind is unknown")
+    _after_drive(drive, outcome)
+    return _completed(drive, cmd)
+
+
+def _fired(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any]) -> None:
+    db.execute("UPDATE workflow_timers SET status = 'FIRED' WHERE id = %s", [timer["id"]])
+
+
+def _remind(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any], stale: Callable[[str], Settle]) -> Settle:
+    task = db.fetchdict("SELECT id, status, step FROM workflow_tasks WHERE id = %s FOR UPDATE", [timer["task_id"]])
+    if task is None or task["status"] != "OPEN":
+        return stale("TASK_NOT_OPEN: the task is no longer open")
+    _received(drive, cmd)
+    _fired(drive, cmd, timer)
+    row = db.fetchone(
+        "UPDATE workflow_tasks SET reminder_count = reminder_count + 1, updated_at = now() WHERE id = %s "
+        "RETURNING reminder_count",
+        [task["id"]],
+    )
+    count = int(row[0]) if row else 0
+    drive.history.add("TASK_REMINDER_FIRED", step=task["step"], command_id=cmd["id"], actor=drive.actor,
+                      payload={"task": str(task["id"]), "count": count})
+    outbox.notify_task(drive, task_id=task["id"], reason="reminder", seq=count)
+    if timer["interval_seconds"]:
+        # anchored at the previous scheduled fire, not at when this segment ran
+        nxt = commands.insert_timer(
+            drive.run,
+            timer_kind="REMINDER",
+            step=timer["step"],
+            delay_seconds=0.0,
+            at=timer["fire_at"] + __import__("datetime").timedelta(seconds=float(timer["interval_seconds"])),
+            task_id=task["id"],
+            branch_id=timer["branch_id"] or "",
+            interval_seconds=timer["interval_seconds"],
+        )
+        wait = drive.run.get("wait")
+        if wait and wait.get("task") == str(task["id"]):
+            timers = [t for t in wait.get("timers", []) if t != timer["id"]]
+            timers.append(nxt["timer_id"])
+            wait["timers"] = timers
+        from workflows.engine import wakeups
+
+        wakeups.wake(drive.run["id"], nxt["fire_at"])
+    return _completed(drive, cmd)
+
+
+# --- RETRY ---------------------------------------------------------------------------------
+
+
+def _apply_retry(drive: Drive, cmd: dict[str, Any]) -> Settle:
+    plan = drive.plan
+    assert plan is not None
+    run = drive.run
+    has_dead = db.fetchone(
+        "SELECT 1 FROM workflow_commands WHERE run_id = %s AND status = 'DEAD' LIMIT 1", [run["id"]]
+    ) is not None
+    if run["status"] != "FAILED" and not has_dead:
+        drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="NOTHING_TO_RECOVER")
+        return Settle("STALE", "NOTHING_TO_RECOVER: the run is neither failed nor holds a dead-lettered command")
+    _received(drive, cmd)
+    outcome: Any = None
+    if run["status"] == "FAILED":
+        run["failure_code"], run["failure_message"] = "", ""
+        if run["state"] is None:
+            start = db.fetchdict(
+                "SELECT id, status, payload FROM workflow_commands WHERE run_id = %s AND kind = 'START' "
+                "ORDER BY seq LIMIT 1",
+                [run["id"]],
+            )
+            if start and start["status"] == "DEAD":
+                db.execute(
+                    "UPDATE workflow_commands SET status = 'SUPERSEDED', settled_at = now() WHERE id = %s",
+                    [start["id"]],
+                )
+                drive.history.add("COMMAND_SUPERSEDED", command_id=start["id"], actor=drive.actor)
+            initialise(drive, start["payload"] if start else None)
+            drive.decide(step=plan.initial_step, outcome="retry")
+            outcome = driver.run_from(drive, plan.initial_step)
+        elif run["wait"]:
+            # it failed while it waited: return to that wait, re-arming failed timers once
+            run["status"] = "WAITING"
+            rearmed = []
+            for t in db.fetchdicts(
+                "SELECT t.id, t.kind, t.step, t.branch_id, t.task_id, t.fire_at FROM workflow_timers t "
+                "LEFT JOIN workflow_commands c ON c.id = t.command_id WHERE t.run_id = %s AND "
+                "(t.status = 'FAILED' OR (t.status IN ('SCHEDULED','STALE') AND c.status IN ('FAILED','STALE')))",
+                [run["id"]],
+            ):
+                rearmed.append(commands.rearm_timer(run, t))
+            drive.decide(step=run["current_step"] or "", outcome="retry")
+            outcome = WAIT
+        else:
+            drive.decide(step=run["current_step"] or "", outcome="retry")
+            outcome = driver.run_from(drive, run["current_step"] or plan.initial_step)
+        _after_drive(drive, outcome)
+    if drive.run["status"] in teardown.ENDED:
+        return _completed(drive, cmd)
+    offered = db.fetchall(
+        "UPDATE workflow_commands SET status = 'PENDING', attempts = 0, available_at = now(), last_error = '' "
+        "WHERE run_id = %s AND status = 'DEAD' RETURNING kind",
+        [run["id"]],
+    )
+    drive.run["open_signals"] = int(drive.run["open_signals"]) + sum(1 for (k,) in offered if k == "SIGNAL")
+    if offered:
+        drive.history.add("DEAD_LETTERS_REOFFERED", command_id=cmd["id"], actor=drive.actor,
+                          payload={"count": len(offered)})
+    from workflows.engine import wakeups
+
+    wakeups.wake(run["id"])
+    return _completed(drive, cmd)
+
+
+def _apply_resume(drive: Drive, cmd: dict[str, Any]) -> Settle:
+    if resume_handler is None:
+        return Settle("STALE", "NOT_WAITING: the run does not wait for a called run")
+    return resume_handler(drive, cmd)
+
+
+def _apply_migration(drive: Drive, cmd: dict[str, Any]) -> Settle:
+    if migration_handler is None:
+        drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="MIGRATION_REJECTED")
+        return Settle("REJECTED", "MIGRATION_REJECTED: this node runs no migration handler")
+    return migration_handler(drive, cmd)
+
+
+# Hooks the fork/join, call and migration modules install (they live in their own modules).
+branch_handler: Callable[[Drive, dict[str, Any]], Settle] | None = None
+completion_branch_handler: Callable[[Drive, dict[str, Any], dict[str, Any]], Settle] | None = None
+timer_branch_handler: Callable[[Drive, dict[str, Any], dict[str, Any]], Settle] | None = None
+resume_handler: Callable[[Drive, dict[str, Any]], Settle] | None = None
+migration_handler: Callable[[Drive, dict[str, Any]], Settle] | None = None
+
+APPLY: dict[str, Callable[[Drive, dict[str, Any]], Settle]] = {
+    "START": _apply_start,
+    "SIGNAL": _apply_signal,
+    "COMPLETION": _apply_completion,
+    "TIMER": _apply_timer,
+    "RETRY": _apply_retry,
+    "RESUME": _apply_resume,
+    "MIGRATION": _apply_migration,
+}

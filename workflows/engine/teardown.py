@@ -1,0 +1,150 @@
+"""Ending a run, for any reason, all the way down.
+
+Ending cancels every open branch, withdraws every approval the run holds (on the main path
+and inside forks), disarms its timers, closes its parks, settles its parked and
+dead-lettered commands, and then does the same for every run it called and waits on. The
+caller is closed before its children (lock order caller → child; no path locks the other
+way round, because a child resumes its caller through an outbox intent, not a lock).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from workflows.engine import commands, db, locks, outbox
+from workflows.engine.actors import Actor
+from workflows.engine.drive import Drive
+from workflows.engine.history import HistoryBuffer
+
+ENDED = ("COMPLETED", "CANCELLED", "COMPENSATED", "EXPIRED")
+
+
+def _withdraw_tasks(drive: Drive, *, status: str) -> None:
+    tasks = db.fetchdicts(
+        "UPDATE workflow_tasks SET status = %s, reservation_owner = NULL, closed_at = now(), updated_at = now() "
+        "WHERE run_id = %s AND status IN ('OPEN','COMPLETING') RETURNING id, step, branch_id",
+        [status, drive.run["id"]],
+    )
+    for t in tasks:
+        drive.history.add(
+            "TASK_WITHDRAWN" if status == "WITHDRAWN" else "TASK_CANCELLED",
+            step=t["step"],
+            branch_id=t["branch_id"],
+            actor=drive.actor,
+            command_id=drive.command_id,
+            payload={"task": str(t["id"])},
+        )
+
+
+def _close_everything(drive: Drive, *, how: str, task_status: str) -> None:
+    run_id = drive.run["id"]
+    db.execute(
+        "UPDATE workflow_parks SET left_at = now(), left_how = %s WHERE run_id = %s AND left_at IS NULL", [how, run_id]
+    )
+    for t in commands.cancel_timers(run_id):
+        drive.history.add("TIMER_CANCELLED", step=t["step"], command_id=t["command_id"], actor=drive.actor)
+    _withdraw_tasks(drive, status=task_status)
+    db.execute(
+        "UPDATE workflow_branches SET status = 'CANCELLED', updated_at = now() "
+        "WHERE run_id = %s AND status IN ('RUNNING','WAITING')",
+        [run_id],
+    )
+    drive.run["wait"] = None
+
+
+def settle_parked_and_dead(drive: Drive, *, status: str, reason: str) -> None:
+    """Settle the run's PARKED and DEAD commands in one write (REJECTED, or CANCELLED)."""
+    rows = db.fetchdicts(
+        "WITH prior AS (SELECT id, status FROM workflow_commands WHERE run_id = %s AND status IN ('PARKED','DEAD') "
+        "FOR UPDATE) UPDATE workflow_commands c SET status = %s, settled_at = now(), token = NULL, "
+        "lease_until = NULL, last_error = %s FROM prior WHERE c.id = prior.id RETURNING c.id, c.kind, c.task_id, "
+        "prior.status AS prior, c.actor_kind, c.actor_id, c.actor_reason, c.on_behalf_of, c.attribution_status",
+        [drive.run["id"], status, reason],
+    )
+    for r in rows:
+        drive.history.add(
+            "COMMAND_REJECTED" if status == "REJECTED" else "COMMAND_CANCELLED",
+            command_id=r["id"],
+            outcome=reason.split(":", 1)[0],
+            actor=_actor_of(r),
+        )
+    # a parked signal still holds its open-signal slot; a dead-lettered one released it
+    held = sum(1 for r in rows if r["kind"] == "SIGNAL" and r["prior"] == "PARKED")
+    drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - held)
+
+
+def _actor_of(row: dict[str, Any]) -> Actor:
+    return Actor(
+        kind=row.get("actor_kind") or "NONE",
+        id=row.get("actor_id") or "",
+        reason=row.get("actor_reason") or "",
+        on_behalf_of=row.get("on_behalf_of") or "",
+        status=row.get("attribution_status") or "ABSENT",
+    )
+
+
+def end_run(drive: Drive, status: str, *, how: str = "ended", code: str = "", message: str = "") -> None:
+    """End the run in this transaction (COMPLETED/FAILED/COMPENSATED/EXPIRED)."""
+    run = drive.run
+    run["status"] = status
+    if status in ENDED:
+        run["ended_at"] = timezone.now()
+        _close_everything(drive, how=how, task_status="WITHDRAWN")
+        settle_parked_and_dead(drive, status="REJECTED", reason="INSTANCE_ENDED: the run has ended")
+        _teardown_children(drive, reason="caller ended")
+    if code:
+        run["failure_code"] = code[:64]
+        run["failure_message"] = message[:4000]
+    drive.ended_now = True
+    if run.get("parent_run_id") and status in (*ENDED, "FAILED"):
+        outbox.resume_parent(drive, status=status)
+
+
+def _teardown_children(drive: Drive, *, reason: str) -> None:
+    children = db.fetchall(
+        "SELECT id FROM workflow_runs WHERE parent_run_id = %s AND status IN ('PENDING','RUNNING','WAITING',"
+        "'COMPENSATING','FAILED') ORDER BY created_at",
+        [drive.run["id"]],
+    )
+    for (child_id,) in children:
+        cancel_locked(locks.lock_run(child_id), actor=drive.actor, reason=reason, executor_id=drive.executor_id)
+
+
+def cancel_locked(run: dict[str, Any], *, actor: Actor, reason: str, executor_id: str = "") -> Drive:
+    """Cancel a run whose execution lock the caller holds (the teardown of ``cancel``)."""
+    from workflows.engine.actors import sanitise
+
+    drive = Drive.for_run(run, None, actor, executor_id=executor_id)
+    cancelled = _cancel_commands(run["id"])
+    open_signals = 0
+    for c in cancelled:
+        if c["kind"] == "SIGNAL" and c["prior"] != "DEAD":
+            open_signals += 1
+        drive.history.add("COMMAND_CANCELLED", command_id=c["id"], outcome="INSTANCE_CANCELLED", actor=actor)
+    run["open_signals"] = max(0, int(run["open_signals"]) - open_signals)
+    _close_everything(drive, how="cancelled", task_status="CANCELLED")
+    run["status"] = "CANCELLED"
+    run["ended_at"] = timezone.now()
+    run["cancel_reason"] = sanitise(reason.replace("\n", " "))[:255]
+    drive.history.add("CANCELLED", actor=actor, payload={"reason": run["cancel_reason"]} if run["cancel_reason"] else None)
+    drive.history.add("WORKFLOW_CANCELLED", actor=actor)
+    drive.save()
+    _teardown_children(drive, reason="caller cancelled")
+    return drive
+
+
+def _cancel_commands(run_id: Any) -> list[dict[str, Any]]:
+    return db.fetchdicts(
+        "WITH prior AS (SELECT id, status FROM workflow_commands WHERE run_id = %s "
+        "AND status IN ('PENDING','DEFERRED','CLAIMED','PARKED','DEAD') FOR UPDATE) "
+        "UPDATE workflow_commands c SET status = 'CANCELLED', settled_at = now(), token = NULL, lease_until = NULL, "
+        "last_error = 'INSTANCE_CANCELLED: the run was cancelled' FROM prior WHERE c.id = prior.id "
+        "RETURNING c.id, c.kind, c.task_id, c.timer_id, prior.status AS prior",
+        [run_id],
+    )
+
+
+def history_for(run: dict[str, Any], actor: Actor) -> HistoryBuffer:
+    return Drive.for_run(run, None, actor).history

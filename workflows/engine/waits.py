@@ -1,0 +1,70 @@
+"""Entering and leaving waits: the run's ``wait``, its park row and the wait's timers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workflows.engine import commands, db, wakeups
+from workflows.engine.drive import Drive
+
+
+def open_park(drive: Drive, *, node: str, kind: str, branch_id: str = "") -> int:
+    run = drive.run
+    row = db.fetchone(
+        "INSERT INTO workflow_parks (run_id, scope, definition_id, version, node, kind, branch_id, since, left_how, "
+        "moved_to_scope, moved_to_node, moved_by) VALUES (%s,%s,%s,%s,%s,%s,%s,now(),'','','','') RETURNING id",
+        [run["id"], run["scope"], run["definition_id"], run["version"], node, kind, branch_id],
+    )
+    assert row is not None
+    return int(row[0])
+
+
+def close_park(park_id: int | None, how: str, **moved: Any) -> None:
+    if not park_id:
+        return
+    db.execute(
+        "UPDATE workflow_parks SET left_at = now(), left_how = %s, moved_to_version = %s, moved_to_scope = %s, "
+        "moved_to_node = %s, moved_by = %s, migration_id = %s WHERE id = %s AND left_at IS NULL",
+        [
+            how,
+            moved.get("version"),
+            moved.get("scope", ""),
+            moved.get("node", ""),
+            moved.get("by", ""),
+            moved.get("migration_id"),
+            park_id,
+        ],
+    )
+
+
+def enter(drive: Drive, *, step: str, kind: str, park_kind: str, outcome: str, **details: Any) -> dict[str, Any]:
+    wait: dict[str, Any] = {"kind": kind, "step": step, **details}
+    wait["park"] = open_park(drive, node=step, kind=park_kind)
+    drive.run["status"] = "WAITING"
+    drive.run["current_step"] = step
+    drive.run["wait"] = wait
+    drive.decide(step=step, outcome=outcome)
+    return wait
+
+
+def add_timer(drive: Drive, wait: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    timer = commands.insert_timer(drive.run, **spec)
+    wait.setdefault("timers", []).append(timer["timer_id"])
+    wakeups.wake(drive.run["id"], timer["fire_at"])
+    return timer
+
+
+def leave(drive: Drive, how: str, *, keep_timer: int | None = None) -> dict[str, Any] | None:
+    """Leave the current wait: close its park and cancel its timers (except the one firing)."""
+    wait = drive.run.get("wait")
+    if not wait:
+        return None
+    close_park(wait.get("park"), how)
+    timer_ids = [t for t in wait.get("timers", []) if t != keep_timer]
+    if timer_ids:
+        cancelled = commands.cancel_timers(drive.run["id"], timer_ids=timer_ids)
+        for t in cancelled:
+            drive.history.add("TIMER_CANCELLED", step=t["step"], command_id=t["command_id"], actor=drive.actor)
+    drive.run["wait"] = None
+    drive.run["status"] = "RUNNING"
+    return wait

@@ -1,0 +1,146 @@
+"""Writes: the public Python API of the engine (DESIGN.md §5).
+
+Every operation is keyword-only, records in the caller's transaction when one is open and
+otherwise opens its own, and raises the typed errors of ``workflows.exceptions`` (each with
+a stable ``code``). Views, admin, the API and Celery tasks call these, never the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import DatabaseError, transaction
+
+from workflows.engine import actors, db, probe, recording
+from workflows.engine.probe import IdleReport
+from workflows.engine.recording import Recorded
+
+__all__ = [
+    "IdleReport",
+    "Recorded",
+    "await_idle",
+    "cancel",
+    "complete_task",
+    "migrate",
+    "reassign_task",
+    "retry",
+    "signal",
+    "start",
+]
+
+
+def _tx(operation: str, fn: Any, **kwargs: Any) -> Any:
+    try:
+        with transaction.atomic():
+            return fn(**kwargs)
+    except DatabaseError as exc:
+        raise db.map_database_error(exc, operation) from None
+
+
+def start(
+    *,
+    definition_id: str,
+    payload: Any = None,
+    version: int | None = None,
+    scope: str | None = None,
+    business_key: str = "",
+    idempotency_key: str | None = None,
+    actor: Any = None,
+    context: dict[str, Any] | None = None,
+) -> Recorded:
+    """Record a START: a PENDING run and its START command (the executor runs it).
+
+    Refuses: NO_CURRENT_VERSION, VERSION_NOT_RUNNABLE, DEPRECATED, INVALID_TRANSITION
+    (retired), INVALID_PAYLOAD (bounds, start schema, key lengths), IDEMPOTENCY_CONFLICT.
+    A replay with the same key and payload answers the first recording.
+    """
+    return _tx("start", recording.start, definition_id=definition_id, payload=payload, version=version, scope=scope,
+               business_key=business_key, idempotency_key=idempotency_key, actor=actors.coerce(actor), context=context)
+
+
+def signal(
+    *,
+    run_id: Any,
+    name: str,
+    payload: Any = None,
+    branch: str | None = None,
+    idempotency_key: str | None = None,
+    actor: Any = None,
+    context: dict[str, Any] | None = None,
+) -> Recorded:
+    """Record a SIGNAL behind the run's earlier commands; the executor applies or parks it.
+
+    Refuses: INSTANCE_NOT_FOUND, SIGNAL_REJECTED (ended run, undeclared name),
+    INVALID_PAYLOAD (bounds), SIGNAL_LIMIT, IDEMPOTENCY_CONFLICT, LOCK_TIMEOUT (retryable).
+    """
+    return _tx("signal", recording.signal, run_id=run_id, name=name, payload=payload, branch=branch,
+               idempotency_key=idempotency_key, actor=actors.coerce(actor), context=context)
+
+
+def complete_task(
+    *,
+    task_id: Any,
+    decision: str,
+    payload: Any = None,
+    expected_assignment: dict[str, Any] | None = None,
+    subject_version: str | None = None,
+    idempotency_key: str | None = None,
+    actor: Any = None,
+) -> Recorded:
+    """Record a COMPLETION and reserve the task (OPEN → COMPLETING).
+
+    Refuses: TASK_NOT_FOUND, INVALID_PAYLOAD (bounds, decision schema with pointers, unknown
+    decision), TASK_NOT_WAITING (not OPEN, reassigned, stale subject version),
+    IDEMPOTENCY_CONFLICT, LOCK_TIMEOUT.
+    """
+    return _tx("complete_task", recording.complete_task, task_id=task_id, decision=decision, payload=payload,
+               expected_assignment=expected_assignment, subject_version=subject_version,
+               idempotency_key=idempotency_key, actor=actors.coerce(actor))
+
+
+def reassign_task(*, task_id: Any, mode: str, value: str, actor: Any = None) -> None:
+    """Reassign an OPEN task inline (logged as TASK_REASSIGNED with the reassigner).
+
+    Refuses: TASK_NOT_FOUND, TASK_NOT_WAITING, INVALID_PAYLOAD, LOCK_TIMEOUT.
+    """
+    return _tx("reassign_task", recording.reassign_task, task_id=task_id, mode=mode, value=value,
+               actor=actors.coerce(actor))
+
+
+def cancel(*, run_id: Any, reason: str = "", actor: Any = None) -> None:
+    """Cancel a run synchronously: every open command, timer, task, branch and called run.
+
+    Refuses: INSTANCE_NOT_FOUND, SIGNAL_REJECTED (already ended), LOCK_TIMEOUT.
+    """
+    return _tx("cancel", recording.cancel, run_id=run_id, reason=reason, actor=actors.coerce(actor))
+
+
+def retry(*, run_id: Any, actor: Any = None) -> Recorded:
+    """Record a RETRY, the single recovery operation (failed run or dead-lettered command).
+
+    Refuses: INSTANCE_NOT_FOUND, SIGNAL_REJECTED (ended, or nothing to recover).
+    """
+    return _tx("retry", recording.retry, run_id=run_id, actor=actors.coerce(actor))
+
+
+def migrate(
+    *,
+    run_id: Any,
+    target_version: int,
+    target_scope: str | None = None,
+    target_step: str | None = None,
+    action: str = "move",
+    actor: Any = None,
+) -> Recorded:
+    """Record a MIGRATION to another revision (the executor checks and applies it).
+
+    Refuses: INSTANCE_NOT_FOUND, MIGRATION_ILLEGAL_STATE (ended, scope not admitted, another
+    migration pending), INVALID_PAYLOAD.
+    """
+    return _tx("migrate", recording.migrate, run_id=run_id, target_version=target_version,
+               target_scope=target_scope, target_step=target_step, action=action, actor=actors.coerce(actor))
+
+
+def await_idle(timeout: float = 30.0, run_id: Any = None) -> IdleReport:
+    """The execution probe: wait until nothing is runnable (for one run or all)."""
+    return probe.await_idle(timeout, run_id)

@@ -1,0 +1,127 @@
+"""Suite-wide fixtures: real PostgreSQL (pytest-django), a real Celery worker and beat, and
+Debian Chromium through Playwright.
+
+- ``celery_worker_process`` (session): a Celery worker (prefork, 2) and beat as separate
+  processes on the suite's broker, connected to the database pytest-django created.
+  Tests using it need ``@pytest.mark.django_db(transaction=True)``: the worker only sees
+  committed rows.
+- ``crash_celery_worker``: ``crash()`` SIGKILLs the worker with its pool and starts a new
+  one; ``crash(restart=False)`` leaves it dead until ``celery_worker_process.start_worker()``.
+  The worker is running again after the test either way.
+- ``browser`` (session) and ``page`` (a fresh context on ``live_server``); ``login`` is in
+  ``tests.support.browser``. Skipped with a reason when /usr/bin/chromium is missing.
+- ``demo_users``: the users of ``manage.py seed_demo``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, SKIP_REASON
+from tests.support.processes import CeleryProcesses
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
+# Playwright's sync API runs an event loop in this thread; Django would then refuse ORM
+# calls from tests and live_server as "async-unsafe". They are not async: allow them.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashing() -> Iterator[None]:
+    # PBKDF2's deliberate slowness costs ~0.25s per demo user and buys nothing in tests.
+    from django.test import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
+
+
+# --- Celery ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(
+    django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CeleryProcesses]:
+    from django.db import connection
+
+    from config.celery import app
+
+    env = {**os.environ, "SWITCHYARD_DB_NAME": connection.settings_dict["NAME"]}
+    # Messages left by earlier sessions (or by tests that ran before the worker) would be
+    # for rows that no longer exist: start from an empty queue.
+    with app.connection_for_write() as conn:
+        app.control.purge(connection=conn)
+    processes = CeleryProcesses(env, tmp_path_factory.mktemp("celery"))
+    try:
+        processes.start_worker()
+        processes.start_beat()
+        yield processes
+    finally:
+        processes.stop()
+
+
+@pytest.fixture
+def crash_celery_worker(celery_worker_process: CeleryProcesses) -> Iterator[Callable[..., None]]:
+    def crash(*, restart: bool = True) -> None:
+        celery_worker_process.kill_worker()
+        if restart:
+            celery_worker_process.start_worker()
+
+    yield crash
+    if not celery_worker_process.worker_running:
+        celery_worker_process.start_worker()
+
+
+# --- browser -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.skip(SKIP_REASON)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser, live_server: Any) -> Iterator[Page]:
+    context = browser.new_context(base_url=live_server.url)
+    context.set_default_timeout(15_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+# --- data ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def demo_users(db: None) -> dict[str, Any]:
+    """admin (superuser), alice and bob (group ``approvers``), requester; password = username."""
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    call_command("seed_demo", verbosity=0)
+    return {u.username: u for u in get_user_model().objects.filter(username__in=["admin", "alice", "bob", "requester"])}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "browser" in fixtures or "page" in fixtures:
+            item.add_marker(pytest.mark.browser)
+        if "celery_worker_process" in fixtures or "e2e" in item.path.parts:
+            item.add_marker(pytest.mark.e2e)

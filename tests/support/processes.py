@@ -1,0 +1,161 @@
+"""Real Celery worker and beat processes for end-to-end tests, and process-tree helpers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of a process, or None when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name is in parentheses and may hold spaces: split after the last ')'.
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return fields[0], int(fields[1])
+
+
+def is_alive(pid: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (children, grandchildren, ...)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _stat(int(entry.name))
+            if stat is not None and stat[0] not in ("Z", "X"):
+                parents[int(entry.name)] = stat[1]
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        children = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= children
+        frontier = children
+    return found
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], *, grace: float = 15.0) -> None:
+    """SIGTERM the leader (Celery then stops its own pool), wait ``grace`` seconds, then
+    SIGKILL whatever is left in the process group."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # pool children that outlived their parent
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+class CeleryProcesses:
+    """A real Celery worker (prefork, 2 processes) and beat, on the suite's broker and test DB.
+
+    ``env`` must point the children at the test database (``SWITCHYARD_DB_NAME``); the broker
+    is whatever the settings choose (filesystem under ``SWITCHYARD_DATA_DIR``, or
+    ``CELERY_BROKER_URL``). Each process runs in its own process group so a kill takes its
+    pool children with it.
+    """
+
+    READY_TIMEOUT = 90.0
+
+    def __init__(self, env: dict[str, str], workdir: Path, *, concurrency: int = 2) -> None:
+        self.env = env
+        self.workdir = workdir
+        self.concurrency = concurrency
+        self.worker: subprocess.Popen[bytes] | None = None
+        self.beat: subprocess.Popen[bytes] | None = None
+        self.worker_log: Path | None = None
+        self.beat_log: Path | None = None
+        self._starts = 0
+
+    # -- worker ---------------------------------------------------------------------------
+    def start_worker(self) -> None:
+        assert self.worker is None or self.worker.poll() is not None, "the worker is already running"
+        self._starts += 1
+        self.worker_log = self.workdir / f"worker-{self._starts}.log"
+        argv = [
+            sys.executable, "-m", "celery", "-A", "config", "worker",
+            "--loglevel", "info",
+            "--pool", "prefork", "--concurrency", str(self.concurrency),
+            "--hostname", f"test-worker-{os.getpid()}-{self._starts}@%h",
+            "--include", "tests.support.celery_tasks",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+        ]  # fmt: skip
+        self.worker = self._spawn(argv, self.worker_log, "test-worker")
+        self._wait_for(self.worker, self.worker_log, " ready.", "the Celery worker")
+
+    def kill_worker(self) -> None:
+        """SIGKILL the worker and its pool: no warm shutdown, no ack, no cleanup."""
+        assert self.worker is not None
+        try:
+            os.killpg(self.worker.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.worker.wait()
+
+    def restart_worker(self) -> None:
+        self.kill_worker()
+        self.start_worker()
+
+    @property
+    def worker_running(self) -> bool:
+        return self.worker is not None and self.worker.poll() is None
+
+    # -- beat -----------------------------------------------------------------------------
+    def start_beat(self) -> None:
+        self.beat_log = self.workdir / "beat.log"
+        argv = [
+            sys.executable, "-m", "celery", "-A", "config", "beat",
+            "--loglevel", "info", "--schedule", str(self.workdir / "beat-schedule"),
+        ]  # fmt: skip
+        self.beat = self._spawn(argv, self.beat_log, "test-beat")
+        self._wait_for(self.beat, self.beat_log, "beat: Starting...", "Celery beat")
+
+    # -- both -----------------------------------------------------------------------------
+    def stop(self) -> None:
+        for proc in (self.beat, self.worker):
+            if proc is not None:
+                stop_process_group(proc)
+
+    def logs(self) -> str:
+        """The worker's and beat's output so far (for assertion messages)."""
+        parts = []
+        for path in sorted(self.workdir.glob("*.log")):
+            parts.append(f"--- {path.name}\n{path.read_text(errors='replace')}")
+        return "\n".join(parts)
+
+    def _spawn(self, argv: list[str], log: Path, name: str) -> subprocess.Popen[bytes]:
+        with log.open("wb") as out:
+            return subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                env={**self.env, "SWITCHYARD_PROCESS": name, "PYTHONUNBUFFERED": "1"},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def _wait_for(self, proc: subprocess.Popen[bytes], log: Path, marker: str, what: str) -> None:
+        deadline = time.monotonic() + self.READY_TIMEOUT
+        while marker not in log.read_text(errors="replace"):
+            if proc.poll() is not None:
+                raise RuntimeError(f"{what} exited with {proc.returncode} before it was ready:\n{self.logs()}")
+            if time.monotonic() > deadline:
+                stop_process_group(proc, grace=2)
+                raise RuntimeError(f"{what} was not ready after {self.READY_TIMEOUT:.0f}s:\n{self.logs()}")
+            time.sleep(0.1)

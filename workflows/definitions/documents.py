@@ -149,8 +149,10 @@ def _scalar(node: ScalarNode) -> Any:
             return int(value, 0)
         return int(value)
     if tag == "tag:yaml.org,2002:float":
-        number = float(value.replace(".inf", "inf").replace(".Inf", "inf").replace(".INF", "inf"))
-        return number
+        special = value.lstrip("+-").lower()
+        if special in (".inf", ".nan"):
+            return float("nan")  # refused by the caller: JSON has no NaN or infinities
+        return float(value)
     return value
 
 

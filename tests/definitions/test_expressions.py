@@ -1,0 +1,90 @@
+import time
+
+import pytest
+
+from workflows.definitions import expressions
+from workflows.definitions.expressions import ExpressionCompileError, compile_expression, compile_template
+from workflows.exceptions import ExpressionFailed
+
+
+def test_results_are_plain_python_values():
+    comp = compile_expression(
+        '{"i": 1, "d": 2.5, "s": "x", "b": true, "n": null, "l": [1, "a"], '
+        '"t": timestamp("2024-01-01T00:00:00Z") + duration("90s"), "dur": duration("90s")}',
+        ["state"],
+    )
+    result = comp.evaluate({"state": {}})
+    assert result == {"i": 1, "d": 2.5, "s": "x", "b": True, "n": None, "l": [1, "a"], "t": "2024-01-01T00:01:30Z", "dur": 90}
+    assert type(result["i"]) is int and type(result["b"]) is bool and type(result["s"]) is str
+    assert type(result) is dict and type(result["l"]) is list
+
+
+def test_expressions_longer_than_4_kib_are_refused():
+    with pytest.raises(ExpressionCompileError) as caught:
+        compile_expression("1 + " * 1100 + "1", [])
+    assert caught.value.problem.kind == "maxLength"
+
+
+def test_deep_asts_are_refused():
+    with pytest.raises(ExpressionCompileError):
+        compile_expression("(" * 40 + "1" + ")" * 40, [])
+
+
+def test_nested_comprehensions_are_limited():
+    compile_expression("state.a.map(x, state.b.map(y, x + y))", ["state"])
+    with pytest.raises(ExpressionCompileError) as caught:
+        compile_expression("state.a.map(x, state.b.map(y, state.c.map(z, x + y + z)))", ["state"])
+    assert "comprehensions" in caught.value.problem.message
+
+
+def test_macro_variables_are_not_free_variables():
+    compile_expression("state.items.exists(i, i.qty > 1)", ["state"])
+    with pytest.raises(ExpressionCompileError):
+        compile_expression("secret.items", ["state"])
+
+
+def test_evaluation_is_bounded():
+    comp = compile_expression("state.l.map(x, state.l.map(y, x + y))", ["state"])
+    started = time.monotonic()
+    with pytest.raises(ExpressionFailed) as caught:
+        comp.evaluate({"state": {"l": list(range(500))}})
+    assert "budget" in caught.value.message
+    assert time.monotonic() - started < 10
+
+
+def test_evaluation_failures_do_not_repeat_values():
+    comp = compile_expression("state.total > 10", ["state"])
+    with pytest.raises(ExpressionFailed) as caught:
+        comp.evaluate({"state": {"total": "top-secret-text"}})
+    assert "top-secret-text" not in caught.value.message
+    with pytest.raises(ExpressionFailed) as caught:
+        compile_expression("state.missing_field_name", ["state"]).evaluate({"state": {}})
+    assert caught.value.message == "expression failed: no such key or field"
+
+
+def test_decimal_and_datetime_inputs_are_accepted():
+    import datetime as dt
+    from decimal import Decimal
+
+    comp = compile_expression("[state.a + 1, state.b * 2.0, state.when]", ["state"])
+    when = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    assert comp.evaluate({"state": {"a": Decimal("2"), "b": Decimal("1.5"), "when": when}}) == [3, 3.0, "2024-01-01T00:00:00Z"]
+
+
+def test_templates_render_placeholders():
+    template = compile_template("PO {{ state.n }}: {{ state.items }} {{ state.none }}!", ["state"])
+    assert template.evaluate({"state": {"n": 7, "items": [1, 2], "none": None}}) == "PO 7: [1,2] !"
+    with pytest.raises(ExpressionCompileError):
+        compile_template("{{ payload.x }}", ["state"])
+
+
+def test_the_deepest_accepted_expression_evaluates_without_recursion_errors():
+    text = "1"
+    while True:
+        try:
+            expressions.compile_ast(f"({text})", [])
+        except ExpressionCompileError:
+            break
+        text = f"({text})"
+    assert text.count("(") > 10
+    assert compile_expression(text, []).evaluate({}) == 1

@@ -1,0 +1,105 @@
+"""Admin for definition versions and activation records.
+
+Rows are read-only here: every action calls the lifecycle functions of
+``workflows.definitions``, which own their transactions and refusals; a refusal is shown as
+an error message with its code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from workflows import definitions
+from workflows.exceptions import WorkflowError
+from workflows.models import Activation, DefinitionVersion
+
+
+def _each(
+    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Any], verb: str, call: Callable[[Any], Any]
+) -> None:
+    done = 0
+    for row in queryset.order_by("scope", "definition_id", "version"):
+        try:
+            call(row)
+            done += 1
+        except WorkflowError as error:
+            modeladmin.message_user(request, f"{row}: {error.code}: {error.message}", messages.ERROR)
+    if done:
+        modeladmin.message_user(request, f"{verb} {done} version(s).", messages.SUCCESS)
+
+
+def _key(row: DefinitionVersion) -> dict[str, Any]:
+    return {"scope": row.scope, "definition_id": row.definition_id, "version": row.version}
+
+
+@admin.register(DefinitionVersion)
+class DefinitionVersionAdmin(admin.ModelAdmin):
+    list_display = ("definition_id", "version", "scope", "status", "contract", "packaged", "short_hash", "published_at")
+    list_filter = ("status", "scope", "packaged", "kind")
+    search_fields = ("definition_id", "contract")
+    ordering = ("definition_id", "scope", "-version")
+    actions = ["publish", "activate", "deprecate", "retire", "reinstate"]
+    readonly_fields = [f.name for f in DefinitionVersion._meta.fields]
+
+    @admin.display(description="plan hash")
+    def short_hash(self, obj: DefinitionVersion) -> str:
+        return obj.plan_hash[:12]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # load documents through the designer, the API or manage.py definition_load
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # retire instead: rows are the pins of runs
+
+    @admin.action(description="Publish selected versions", permissions=["change"])
+    def publish(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        _each(self, request, queryset, "Published", lambda row: definitions.publish(**_key(row)))
+
+    @admin.action(description="Activate selected versions in their scope", permissions=["change"])
+    def activate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        user = getattr(request.user, "username", "")
+        _each(self, request, queryset, "Activated", lambda row: definitions.activate(**_key(row), updated_by=user))
+
+    @admin.action(description="Deprecate selected versions", permissions=["change"])
+    def deprecate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        _each(self, request, queryset, "Deprecated", lambda row: definitions.deprecate(**_key(row)))
+
+    @admin.action(description="Retire selected versions", permissions=["change"])
+    def retire(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        _each(self, request, queryset, "Retired", lambda row: definitions.retire(**_key(row)))
+
+    @admin.action(description="Reinstate selected versions", permissions=["change"])
+    def reinstate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        _each(self, request, queryset, "Reinstated", lambda row: definitions.reinstate(**_key(row)))
+
+
+@admin.register(Activation)
+class ActivationAdmin(admin.ModelAdmin):
+    list_display = ("definition_id", "scope", "target_scope", "version", "updated_by", "updated_at")
+    list_filter = ("scope",)
+    search_fields = ("definition_id",)
+    actions = ["follow_default"]
+    readonly_fields = [f.name for f in Activation._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # activate from the definition versions list
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.action(description="Remove the record (follow the default / deactivate the default)", permissions=["change"])
+    def follow_default(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for row in queryset:
+            try:
+                if row.scope == "default":
+                    definitions.deactivate_default(definition_id=row.definition_id)
+                else:
+                    definitions.follow(scope=row.scope, definition_id=row.definition_id)
+            except WorkflowError as error:
+                self.message_user(request, f"{row}: {error.code}: {error.message}", messages.ERROR)
+        self.message_user(request, "Records removed.", messages.SUCCESS)

@@ -77,6 +77,9 @@ class Drive:
     effects: list[Any] = field(default_factory=list)  # after-commit work (intent ids)
     ended_now: bool = False
     resumed_parent: bool = False
+    branch: dict[str, Any] | None = None  # the branch row being driven (fork/join), else None
+    branch_join: str = ""  # the join step that ends the branch's path
+    last_outcome: Any = None  # the outcome of the latest drive (timers hand it to their caller)
 
     @classmethod
     def for_run(cls, run: dict[str, Any], plan: Plan | None, actor: Actor, **kwargs: Any) -> Drive:
@@ -88,6 +91,7 @@ class Drive:
             version=run["version"],
             plan_hash=run["plan_hash"],
             executor_id=kwargs.get("executor_id", ""),
+            state_source=lambda: run.get("state"),
         )
         return cls(run=run, plan=plan, history=history, actor=actor, **kwargs)
 
@@ -111,6 +115,11 @@ class Drive:
 
         if _same(before, new_state):
             return before, version_before, version_before
+        if self.branch is not None:
+            # a branch works on its own copy: the instance state (and its version) changes
+            # only when the join folds the results in
+            self.run["state"] = new_state
+            return before, version_before, version_before
         self.run["state"] = new_state
         self.run["state_version"] = version_before + 1
         return before, version_before, version_before + 1
@@ -130,8 +139,39 @@ class Drive:
             version_after=va,
             command_id=self.command_id,
             actor=self.actor,
-            branch_id=branch_id,
+            branch_id=branch_id or self.branch_id,
+            local=self.branch is not None,
         )
+
+    @property
+    def branch_id(self) -> str:
+        return str(self.branch["branch_id"]) if self.branch is not None else ""
+
+    @contextmanager
+    def in_branch(self, branch: dict[str, Any], join_step: str) -> Iterator[None]:
+        """Drive a branch with the ordinary nodes: its state, wait, step and status are swapped
+        into the run dict for the duration and written back to the branch row afterwards."""
+        saved = {k: self.run[k] for k in ("state", "wait", "current_step", "status")}
+        self.run["state"] = branch["state"]
+        self.run["wait"] = branch["wait"]
+        self.run["current_step"] = branch["current_step"]
+        self.run["status"] = "WAITING" if branch["status"] == "WAITING" else "RUNNING"
+        self.branch, self.branch_join = branch, join_step
+        try:
+            yield
+        finally:
+            branch["state"] = self.run["state"]
+            branch["wait"] = self.run["wait"]
+            branch["current_step"] = self.run["current_step"]
+            run_status = self.run["status"]
+            if branch["status"] in ("RUNNING", "WAITING"):
+                branch["status"] = "WAITING" if run_status == "WAITING" else "RUNNING"
+            self.branch, self.branch_join = None, ""
+            ended = run_status in ("COMPLETED", "CANCELLED", "COMPENSATED", "EXPIRED")
+            self.run.update(saved)
+            if ended:  # an `end` inside the branch terminated the whole run
+                self.run["status"] = run_status
+                self.run["wait"] = None
 
     # --- savepoints ------------------------------------------------------------------
     @contextmanager
@@ -141,6 +181,7 @@ class Drive:
         steps = self.steps
         effects = len(self.effects)
         ended = self.ended_now
+        branch = copy.deepcopy(self.branch) if self.branch is not None else None
         try:
             with transaction.atomic():
                 yield
@@ -150,6 +191,8 @@ class Drive:
             self.steps = steps
             del self.effects[effects:]
             self.ended_now = ended
+            if branch is not None and self.branch is not None:
+                self.branch.update(branch)
             raise
 
     # --- persistence -----------------------------------------------------------------

@@ -13,7 +13,7 @@ from workflows.definitions import plan as p
 from workflows.engine import db
 from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
 from workflows.engine.nodes import decision, effects, human_task, service, terminal, timer, wait_signal
-from workflows.engine.nodes.base import END, WAIT, Next, Outcome
+from workflows.engine.nodes.base import BRANCH_DONE, END, WAIT, Next, Outcome
 
 NODES: dict[type, Callable[[Drive, Any], Outcome]] = {
     p.ServiceStep: service.execute,
@@ -45,6 +45,9 @@ def run_from(drive: Drive, step_id: str) -> Outcome:
     while True:
         if not current:
             raise DeterministicFailure("DETERMINISTIC_FAILURE: a step has no next step")
+        if drive.branch is not None and current == drive.branch_join:
+            drive.run["current_step"] = current
+            return BRANCH_DONE  # the branch's path reached its join
         drive.count_step()
         drive.run["current_step"] = current
         step = plan.steps.get(current)
@@ -61,10 +64,10 @@ def run_from(drive: Drive, step_id: str) -> Outcome:
 
 
 def accepts(wait: dict[str, Any] | None, name: str, branch: str | None = None) -> bool:
+    """Whether the (swapped-in) wait accepts the signal; branch addressing is checked by the
+    fork/join coordinator before it swaps the branch in."""
     if not wait or wait.get("kind") != "signal":
         return False
-    if branch:
-        return False  # branch-addressed signals are applied by the fork/join coordinator
     return name in (wait.get("signals") or [])
 
 

@@ -4,18 +4,23 @@ Entries are buffered per transaction (``HistoryBuffer``) and written in one mult
 INSERT when the segment (or recording) flushes; a savepoint rollback truncates the buffer
 to its mark, so a rolled-back parked signal or completion takes its entries with it and the
 sequence has no gap. Sequences come from the run row's ``history_seq`` under the lock.
+
+Redaction (``engine/redaction.py``) happens as entries are added: payload copies and full
+states at the redacted pointers, the states a patch is diffed from, and reason texts. The
+buffer asks the run's redactor at most once per definition version.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 import jsonpatch
 
-from workflows.engine import db
+from workflows.engine import db, redaction
 from workflows.engine.actors import NONE, Actor
 
 PATCH_LIMIT = 65536
@@ -58,6 +63,10 @@ class HistoryBuffer:
     plan_hash: str = ""
     executor_id: str = ""
     entries: list[Entry] = field(default_factory=list)
+    # the run's current state: reason texts are redacted against the values it holds
+    state_source: Callable[[], Any] | None = None
+    _pointers: dict[tuple[str, int | None], tuple[redaction.Pointer, ...]] = field(default_factory=dict, repr=False)
+    _command_documents: dict[int, list[Any]] = field(default_factory=dict, repr=False)
 
     def mark(self) -> int:
         return len(self.entries)
@@ -67,10 +76,61 @@ class HistoryBuffer:
 
     def add(self, type: str, **kwargs: Any) -> Entry:
         entry = Entry(type=type, **kwargs)
+        self._redact(entry)
         if entry.outcome:
             entry.outcome = entry.outcome[:OUTCOME_LIMIT]
         self.entries.append(entry)
         return entry
+
+    # --- redaction -------------------------------------------------------------------
+    def pointers(self) -> tuple[redaction.Pointer, ...]:
+        """The redacted pointers of the current definition version (asked once per version:
+        a migration that changes ``version`` asks the target version's redactor afresh)."""
+        key = (self.definition_id, self.version)
+        if key not in self._pointers:
+            self._pointers[key] = redaction.pointers_of(self.definition_id, self.version)
+        return self._pointers[key]
+
+    def redact(self, document: Any) -> Any:
+        pointers = self.pointers()
+        return redaction.redact(document, pointers) if pointers and document is not None else document
+
+    def _documents(self, command_id: int | None) -> list[Any]:
+        documents = [self.state_source() if self.state_source is not None else None]
+        if command_id is not None:
+            if command_id not in self._command_documents:
+                row = db.fetchone("SELECT payload, target FROM workflow_commands WHERE id = %s", [command_id])
+                found: list[Any] = []
+                if row is not None:
+                    found.append(row[0])
+                    if isinstance(row[1], dict) and "payload" in row[1]:
+                        found.append(row[1]["payload"])  # a task completion keeps its payload in target
+                self._command_documents[command_id] = found
+            documents.extend(self._command_documents[command_id])
+        return documents
+
+    def _redact(self, entry: Entry) -> None:
+        pointers = self.pointers()
+        if not pointers:
+            return
+        payload = entry.payload
+        if isinstance(payload, dict):
+            payload = dict(payload)
+            for key in ("payload", "state"):
+                if key in payload:
+                    payload[key] = redaction.redact(payload[key], pointers)
+            entry.payload = payload
+        reason = payload.get("reason") if isinstance(payload, dict) else None
+        texts = [t for t in (entry.outcome if entry.type != "DECISION" else "", reason) if isinstance(t, str) and t]
+        if not texts:
+            return
+        secrets = redaction.secrets_in(self._documents(entry.command_id), pointers)
+        if not secrets:
+            return
+        if entry.type != "DECISION" and entry.outcome:
+            entry.outcome = redaction.redact_text(entry.outcome, secrets)
+        if isinstance(reason, str) and reason:
+            entry.payload = {**payload, "reason": redaction.redact_text(reason, secrets)}
 
     def decision(
         self,
@@ -84,6 +144,7 @@ class HistoryBuffer:
         command_id: int | None,
         actor: Actor,
         branch_id: str = "",
+        local: bool = False,
     ) -> None:
         """A DECISION with an RFC 6902 patch (add/remove/replace only) of the state change.
 
@@ -91,10 +152,16 @@ class HistoryBuffer:
         STATE_BASELINE with the state after follows at once.
         """
         baseline = False
-        if version_before == version_after:
-            patch: Any = []
+        if local:
+            # a branch's own copy changed: logged for reading, never replayed onto the instance
+            patch: Any = diff(self.redact(before), self.redact(after)) if not _same(before, after) else []
+            if len(canonical(patch).encode()) > PATCH_LIMIT:
+                patch = None
+        elif version_before == version_after:
+            patch = []
         else:
-            b, a = canonical(before), canonical(after)
+            # diffed from the redacted states, so neither the patch nor its size holds a secret
+            b, a = canonical(self.redact(before)), canonical(self.redact(after))
             if len(b.encode()) > PATCH_LIMIT or len(a.encode()) > PATCH_LIMIT:
                 patch, baseline = None, True
             else:
@@ -113,7 +180,7 @@ class HistoryBuffer:
             branch_id=branch_id,
             decision=True,
         )
-        if baseline:
+        if baseline and not local:
             self.baseline(after, version=version_after, command_id=command_id, actor=actor, step=step)
 
     def baseline(self, state: Any, *, version: int, command_id: int | None, actor: Actor, step: str = "") -> None:
@@ -223,6 +290,8 @@ def replay(entries: list[dict[str, Any]]) -> Any:
     """Rebuild a state from decision-log entries (ordered by seq): latest baseline + patches."""
     state: Any = None
     for e in entries:
+        if e.get("branch_id") and e["type"] == "DECISION":
+            continue  # a branch's local patch: the join's decision carries the instance change
         if e["type"] == "STATE_BASELINE":
             state = (e.get("payload") or {}).get("state")
         elif e["type"] == "DECISION" and e.get("patch"):

@@ -234,6 +234,10 @@ def _apply_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
     branch = target.get("branch")
     if branch and branch_handler is not None:
         return branch_handler(drive, cmd)
+    if instance_signal_router is not None:
+        routed = instance_signal_router(drive, cmd)
+        if routed is not None:
+            return routed
     if not driver.accepts(wait, name, branch) or driver.deadline_blocked(drive.run["id"], wait, cmd["recorded_at"]):
         drive.history.add("SIGNAL_PARKED", command_id=cmd["id"], actor=drive.actor, payload={"signal": named(name)})
         return Settle("PARKED")
@@ -372,25 +376,36 @@ def apply_decision(drive: Drive, task: dict[str, Any], target: dict[str, Any]) -
 
 
 def _apply_timer(drive: Drive, cmd: dict[str, Any]) -> Settle:
-    plan = drive.plan
-    assert plan is not None
     timer = db.fetchdict(
         "SELECT id, command_id, kind, status, step, branch_id, task_id, fire_at, interval_seconds "
         "FROM workflow_timers WHERE id = %s FOR UPDATE",
         [cmd["timer_id"]],
     )
+    if timer is None or timer["status"] != "SCHEDULED" or timer["command_id"] != cmd["id"]:
+        drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="TIMER_NOT_SCHEDULED")
+        return Settle("STALE", "TIMER_NOT_SCHEDULED: the timer is no longer scheduled")
+    if timer["branch_id"] and timer_branch_handler is not None:
+        return timer_branch_handler(drive, cmd, timer)
+    settle = fire_timer(drive, cmd, timer)
+    if settle.status == "COMPLETE":
+        _after_drive(drive, drive.last_outcome)
+    return settle
+
+
+def fire_timer(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any]) -> Settle:
+    """Fire a timer at the (swapped-in) wait; the outcome of the drive is left in
+    ``drive.last_outcome`` so the caller can apply parked signals or decide a join."""
+    plan = drive.plan
+    assert plan is not None
     wait = drive.run["wait"] or {}
+    drive.last_outcome = None
 
     def stale(reason: str) -> Settle:
-        if timer is not None and timer["status"] == "SCHEDULED":
+        if timer["status"] == "SCHEDULED":
             db.execute("UPDATE workflow_timers SET status = 'STALE' WHERE id = %s", [timer["id"]])
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
         return Settle("STALE", reason)
 
-    if timer is None or timer["status"] != "SCHEDULED" or timer["command_id"] != cmd["id"]:
-        return stale("TIMER_NOT_SCHEDULED: the timer is no longer scheduled")
-    if timer["branch_id"] and timer_branch_handler is not None:
-        return timer_branch_handler(drive, cmd, timer)
     kind = timer["kind"]
     step = plan.steps.get(timer["step"])
     if kind == "REMINDER":
@@ -440,7 +455,7 @@ def _apply_timer(drive: Drive, cmd: dict[str, Any]) -> Settle:
         outcome = driver.run_from(drive, step.due.next)
     else:
         return stale("UNKNOWN_TIMER: the timer kind is unknown")
-    _after_drive(drive, outcome)
+    drive.last_outcome = outcome
     return _completed(drive, cmd)
 
 
@@ -567,6 +582,7 @@ def _apply_migration(drive: Drive, cmd: dict[str, Any]) -> Settle:
 
 # Hooks the fork/join, call and migration modules install (they live in their own modules).
 branch_handler: Callable[[Drive, dict[str, Any]], Settle] | None = None
+instance_signal_router: Callable[[Drive, dict[str, Any]], Settle | None] | None = None
 completion_branch_handler: Callable[[Drive, dict[str, Any], dict[str, Any]], Settle] | None = None
 timer_branch_handler: Callable[[Drive, dict[str, Any], dict[str, Any]], Settle] | None = None
 resume_handler: Callable[[Drive, dict[str, Any]], Settle] | None = None

@@ -39,7 +39,7 @@ def close_park(park_id: int | None, how: str, **moved: Any) -> None:
 
 def enter(drive: Drive, *, step: str, kind: str, park_kind: str, outcome: str, **details: Any) -> dict[str, Any]:
     wait: dict[str, Any] = {"kind": kind, "step": step, **details}
-    wait["park"] = open_park(drive, node=step, kind=park_kind)
+    wait["park"] = open_park(drive, node=step, kind=park_kind, branch_id=drive.branch_id)
     drive.run["status"] = "WAITING"
     drive.run["current_step"] = step
     drive.run["wait"] = wait
@@ -48,6 +48,7 @@ def enter(drive: Drive, *, step: str, kind: str, park_kind: str, outcome: str, *
 
 
 def add_timer(drive: Drive, wait: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    spec.setdefault("branch_id", drive.branch_id)
     timer = commands.insert_timer(drive.run, **spec)
     wait.setdefault("timers", []).append(timer["timer_id"])
     wakeups.wake(drive.run["id"], timer["fire_at"])
@@ -68,3 +69,15 @@ def leave(drive: Drive, how: str, *, keep_timer: int | None = None) -> dict[str,
     drive.run["wait"] = None
     drive.run["status"] = "RUNNING"
     return wait
+
+
+def close_branch_wait(drive: Drive, wait: dict[str, Any] | None, how: str) -> None:
+    """Close a (non-current) branch wait: its park and its timers."""
+    if not wait:
+        return
+    close_park(wait.get("park"), how)
+    timer_ids = list(wait.get("timers", []))
+    if timer_ids:
+        for t in commands.cancel_timers(drive.run["id"], timer_ids=timer_ids):
+            drive.history.add("TIMER_CANCELLED", step=t["step"], branch_id=t["branch_id"], command_id=t["command_id"],
+                              actor=drive.actor)

@@ -45,6 +45,7 @@ class Join(models.Model):
     join_step = models.CharField(max_length=255)
     policy = models.CharField(max_length=8)
     required = models.PositiveIntegerField()
+    base = models.JSONField(null=True, blank=True)  # the state when the fork dispatched
     decided = models.BooleanField(default=False)
     outcome = models.CharField(max_length=16, blank=True, default="")
     decided_at = models.DateTimeField(null=True, blank=True)

@@ -18,5 +18,6 @@ class _Stop:
 
 WAIT = _Stop("WAIT")  # the run entered a wait
 END = _Stop("END")  # the run ended (or failed)
+BRANCH_DONE = _Stop("BRANCH_DONE")  # a branch's path reached its join (or a complete step)
 
 Outcome = Next | _Stop

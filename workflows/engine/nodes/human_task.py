@@ -61,10 +61,11 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         "INSERT INTO workflow_tasks (id, run_id, branch_id, step, title, description, task_type, assignment_mode, "
         "assignment_value, status, decisions, require_version_stability, subject_version, due_at, "
         "reminder_every_seconds, reminder_count, reservation_owner, decision, completed_by, created_at, updated_at) "
-        "VALUES (%s,%s,'',%s,%s,%s,%s,%s,%s,'OPEN',%s,%s,%s,NULL,%s,0,NULL,'','',now(),now())",
+        "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,'OPEN',%s,%s,%s,NULL,%s,0,NULL,'','',now(),now())",
         [
             task_id,
             run["id"],
+            drive.branch_id,
             step.id,
             title,
             description,
@@ -96,6 +97,7 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
     drive.history.add(
         "TASK_CREATED",
         step=step.id,
+        branch_id=drive.branch_id,
         command_id=drive.command_id,
         actor=drive.actor,
         payload={"task": str(task_id), "assignment": {"mode": mode, "value": value}},

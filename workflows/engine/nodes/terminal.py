@@ -6,10 +6,13 @@ from workflows.definitions.plan import CompleteStep, EndStep, FailStep
 from workflows.engine import outbox, teardown
 from workflows.engine.drive import Drive
 from workflows.engine.evaluate import evaluate
-from workflows.engine.nodes.base import END, Outcome
+from workflows.engine.nodes.base import BRANCH_DONE, END, Outcome
 
 
 def complete(drive: Drive, step: CompleteStep) -> Outcome:
+    if drive.branch is not None:
+        drive.decide(step=step.id, outcome="branch-completed")
+        return BRANCH_DONE
     drive.decide(step=step.id, outcome="completed")
     drive.history.add("WORKFLOW_COMPLETED", step=step.id, command_id=drive.command_id, actor=drive.actor)
     teardown.end_run(drive, "COMPLETED")
@@ -34,6 +37,11 @@ def fail(drive: Drive, step: FailStep) -> Outcome:
     if step.message is not None:
         value = evaluate(step.message, {"state": drive.run["state"]}, step=step.id, field="message")
         message = str(value)[:4000] if value is not None else ""
+    if drive.branch is not None:
+        drive.decide(step=step.id, outcome="branch-failed")
+        drive.branch["status"] = "FAILED"
+        drive.branch["result"] = {"error": step.error_type, "message": message}
+        return BRANCH_DONE
     done = list(drive.run.get("compensation") or [])
     if done:
         # saga: run the compensations of completed steps in reverse order, each once

@@ -1,0 +1,105 @@
+"""``call``: a run starts a child run and waits for it; the child's end resumes the caller.
+
+The child is recorded in the caller's segment transaction (its START runs after commit).
+When the child ends, an outbox intent records a RESUME command on the caller in a
+transaction of its own (the child never waits for its caller's lock, so the lock order
+caller → child of teardown can never deadlock). Depth is bounded by MAX_CALL_DEPTH.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workflows import conf
+from workflows.definitions import plan as p
+from workflows.engine import db, driver, segment, teardown, waits
+from workflows.engine.drive import DeterministicFailure, Drive
+from workflows.engine.evaluate import apply_set, evaluate
+from workflows.engine.nodes.base import END, WAIT, Outcome
+from workflows.exceptions import WorkflowError
+
+
+def execute_call(drive: Drive, step: p.CallStep) -> Outcome:
+    from workflows.engine import recording
+
+    depth = int(drive.run.get("call_depth") or 0) + 1
+    if depth > conf.get().EXECUTOR.MAX_CALL_DEPTH:
+        raise DeterministicFailure(f"CALL_DEPTH: call of step {step.id} exceeds the maximum call depth")
+    state = drive.run["state"]
+    payload = evaluate(step.payload, {"state": state}, step=step.id, field="payload") if step.payload else state
+    wait = waits.enter(drive, step=step.id, kind="call", park_kind="CALL", outcome="call")
+    try:
+        recorded = recording.start(
+            definition_id=step.definition_id,
+            version=step.version,
+            scope=drive.run["start_scope"],
+            payload=payload,
+            actor=drive.actor,
+            parent={"run_id": drive.run["id"], "step": step.id, "branch": drive.branch_id, "depth": depth},
+        )
+    except WorkflowError as exc:
+        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: call of step {step.id} refused ({exc.code})") from exc
+    wait["child"] = recorded.run_id
+    drive.history.add("CALL_STARTED", step=step.id, branch_id=drive.branch_id, command_id=drive.command_id,
+                      actor=drive.actor, payload={"child": recorded.run_id})
+    return WAIT
+
+
+def _resume_here(drive: Drive, step: p.CallStep, target: dict[str, Any], result: Any) -> Outcome:
+    status = target.get("status", "")
+    waits.leave(drive, "returned" if status == "COMPLETED" else "call-failed")
+    drive.count_step()
+    drive.history.add("CALL_RETURNED", step=step.id, branch_id=drive.branch_id, command_id=drive.command_id,
+                      actor=drive.actor, payload={"child": target.get("child"), "status": status})
+    if status == "COMPLETED":
+        state = drive.run["state"]
+        new_state = apply_set(step.set, state, {"state": state, "result": result, "status": status}, step=step.id,
+                              field="set")
+        drive.decide(step=step.id, outcome="call-returned", new_state=new_state, change=step.set is not None)
+        return driver.run_from(drive, step.next or "")
+    drive.decide(step=step.id, outcome="call-failed")
+    if step.on_failure:
+        return driver.run_from(drive, step.on_failure)
+    if drive.branch is not None:
+        drive.branch["status"] = "FAILED"
+        return WAIT
+    drive.history.add("WORKFLOW_FAILED", step=step.id, command_id=drive.command_id, actor=drive.actor,
+                      outcome="CALL_FAILED")
+    teardown.end_run(drive, "FAILED", code="CALL_FAILED", message=f"the run called at step {step.id} did not complete")
+    return END
+
+
+def apply_resume(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
+    plan = drive.plan
+    assert plan is not None
+    target = cmd["target"] or {}
+    child = str(target.get("child", ""))
+    wait = drive.run["wait"] or {}
+    step = plan.steps.get(target.get("step", ""))
+    if not isinstance(step, p.CallStep):
+        drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="NOT_WAITING")
+        return segment.Settle("STALE", "NOT_WAITING: the run does not wait for a called run")
+    segment._received(drive, cmd)
+    if wait.get("kind") == "call" and str(wait.get("child")) == child:
+        outcome = _resume_here(drive, step, target, cmd["payload"])
+        segment._after_drive(drive, outcome)
+        return segment._completed(drive, cmd)
+    # a branch waiting on this child?
+    for branch in db.fetchdicts(
+        "SELECT id, run_id, fork_step, branch_id, generation, status, current_step, wait, state, result, attempts "
+        "FROM workflow_branches WHERE run_id = %s AND status = 'WAITING' AND wait->>'child' = %s FOR UPDATE",
+        [drive.run["id"], child],
+    ):
+        from workflows.engine import forks
+
+        outcome = forks._continue_in_branch(drive, branch, lambda b=branch: _resume_here(drive, step, target,
+                                                                                         cmd["payload"]))
+        segment._after_drive(drive, outcome)
+        return segment._completed(drive, cmd)
+    drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="NOT_WAITING")
+    return segment.Settle("STALE", "NOT_WAITING: the run does not wait for that called run")
+
+
+def install() -> None:
+    segment.resume_handler = apply_resume
+    driver.register_node(p.CallStep, execute_call)

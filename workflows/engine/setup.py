@@ -1,0 +1,10 @@
+"""Wire the step types and handlers that live in their own modules (called once at start-up)."""
+
+from __future__ import annotations
+
+
+def install() -> None:
+    from workflows.engine import calls, forks
+
+    forks.install()
+    calls.install()

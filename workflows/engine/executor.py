@@ -346,10 +346,23 @@ def process(head: Head) -> str:
         return settle.status
 
 
+_last_snapshot = 0.0
+
+
+def _snapshot() -> None:
+    """A QueueSnapshot at most once per second per process, and only while observed."""
+    global _last_snapshot
+    now = time.monotonic()
+    if observers.has_observers() and now - _last_snapshot >= 1.0:
+        _last_snapshot = now
+        observers.emit(observers.QueueSnapshot(queue_counts()))
+
+
 def drain(*, run_id: Any = None, budget_seconds: float = 20.0, batch: int | None = None) -> int:
     """Run claimable commands until none is left or the budget is spent. Answers the count."""
     if not conf.get().EXECUTOR.ENABLED:
         return 0
+    _snapshot()
     limit = batch or conf.get().EXECUTOR.CLAIM_BATCH
     stop = time.monotonic() + budget_seconds
     done = 0

@@ -222,8 +222,7 @@ def command_run(args: argparse.Namespace) -> int:
                 return 1
         else:
             sys.stdout.write(loaded.stdout)
-        seeded = manage("seed_demo", capture=True)
-        sys.stdout.write(seeded.stdout)
+        seeded = manage("seed_demo", capture=True)  # its credentials go into the banner below
 
         port = str(args.port)
         celery = [sys.executable, "-m", "celery", "-A", "config"]

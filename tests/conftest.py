@@ -118,10 +118,18 @@ def demo_users(db: None) -> dict[str, Any]:
     return {u.username: u for u in get_user_model().objects.filter(username__in=["admin", "alice", "bob", "requester"])}
 
 
+def _uses_worker(item: pytest.Item) -> bool:
+    return "celery_worker_process" in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if "browser" in fixtures or "page" in fixtures:
             item.add_marker(pytest.mark.browser)
-        if "celery_worker_process" in fixtures or "e2e" in item.path.parts:
+        if _uses_worker(item) or "e2e" in item.path.parts:
             item.add_marker(pytest.mark.e2e)
+    # Once started, the session's worker and beat keep claiming committed work. Tests that
+    # drive the executor themselves (transactional ones) must not race them, so every test
+    # that uses the worker runs last. Stable sort: pytest-django's order holds otherwise.
+    items.sort(key=_uses_worker)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.browser import login
 from tests.support.processes import ROOT, descendants, is_alive, stop_process_group
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
@@ -108,6 +109,12 @@ def test_dev_py_run_serves_admin_and_healthz_and_stops_everything_on_ctrl_c(brow
             assert page.locator("h1", has_text="Site administration").is_visible()
         finally:
             page.close()
+        approver = browser.new_page()
+        try:
+            login(approver, base, "alice", "alice", next="/accounts/login/")
+            assert "Signed in as alice" in approver.inner_text("header")
+        finally:
+            approver.close()
 
         os.kill(app.pid, signal.SIGINT)
         assert app.wait(timeout=60) == 0, output()

@@ -98,7 +98,16 @@ def test_required_fields_per_step_type(step, missing):
 
 def test_mutually_exclusive_forms_are_refused():
     error = refuse(
-        doc({"id": "first", "type": "timer", "after": "PT1M", "at": "timestamp('2030-01-01T00:00:00Z')", "next": "done"}, DONE)
+        doc(
+            {
+                "id": "first",
+                "type": "timer",
+                "after": "PT1M",
+                "at": "timestamp('2030-01-01T00:00:00Z')",
+                "next": "done",
+            },
+            DONE,
+        )
     )
     assert types(error) == ["conflict"]
 
@@ -112,7 +121,10 @@ def test_decision_requires_a_default_and_cel_must_compile():
     error = refuse(doc({"id": "first", "type": "decision", "routes": [{"when": "state.x >", "to": "done"}]}, DONE))
     assert set(pointers(error)) == {"/steps/0/default", "/steps/0/routes/0/when"}
     error = refuse(
-        doc({"id": "first", "type": "decision", "routes": [{"when": "state.x >", "to": "done"}], "default": "done"}, DONE)
+        doc(
+            {"id": "first", "type": "decision", "routes": [{"when": "state.x >", "to": "done"}], "default": "done"},
+            DONE,
+        )
     )
     assert pointers(error) == ["/steps/0/routes/0/when"]
     assert types(error) == ["expression"]
@@ -120,7 +132,10 @@ def test_decision_requires_a_default_and_cel_must_compile():
 
 def test_cel_may_use_only_the_variables_of_its_field():
     error = refuse(
-        doc({"id": "first", "type": "decision", "routes": [{"when": "payload.x", "to": "done"}], "default": "done"}, DONE)
+        doc(
+            {"id": "first", "type": "decision", "routes": [{"when": "payload.x", "to": "done"}], "default": "done"},
+            DONE,
+        )
     )
     assert "allowed: state" in error.violations[0].message
 
@@ -139,7 +154,9 @@ def test_the_contract_schema_is_used_when_the_wait_gives_none():
 
 
 def test_unknown_contract_and_type_names_fail_with_unknown_type_name():
-    error = refuse(doc(DONE, initialStep="done", contract="no.such.contract", stateType="no.such.Type"), "UNKNOWN_TYPE_NAME")
+    error = refuse(
+        doc(DONE, initialStep="done", contract="no.such.contract", stateType="no.such.Type"), "UNKNOWN_TYPE_NAME"
+    )
     assert isinstance(error, UnknownTypeName)
     assert pointers(error)[:2] == ["/contract", "/stateType"]  # the document's own spelling
     assert "no.such.contract" in error.message  # safe names are echoed
@@ -211,7 +228,11 @@ def test_fork_and_join_pair_up():
 
 
 def test_a_join_without_a_fork_is_refused():
-    steps = [{"id": "first", "type": "timer", "after": "PT1M", "next": "j"}, {"id": "j", "type": "join", "next": "done"}, DONE]
+    steps = [
+        {"id": "first", "type": "timer", "after": "PT1M", "next": "j"},
+        {"id": "j", "type": "join", "next": "done"},
+        DONE,
+    ]
     error = refuse(doc(*steps))
     assert types(error) == ["pairing"]
 
@@ -251,8 +272,23 @@ def test_every_step_type_compiles(registry):
         {"id": "first", "type": "service", "target": "svc", "payload": '{"n": 1}', "set": '{"r": result}', "next": "w"},
         {"id": "w", "type": "wait-signal", "signal": "go", "next": "t", "timeout": {"after": "PT1H", "next": "end"}},
         {"id": "t", "type": "timer", "at": "timestamp('2030-01-01T00:00:00Z')", "next": "c"},
-        {"id": "c", "type": "call", "definitionId": "child", "version": 2, "payload": "state", "next": "e", "onFailure": "f"},
-        {"id": "e", "type": "email", "to": "['a@example.com']", "subject": "Hi {{ state.name }}", "body": "b", "next": "a"},
+        {
+            "id": "c",
+            "type": "call",
+            "definitionId": "child",
+            "version": 2,
+            "payload": "state",
+            "next": "e",
+            "onFailure": "f",
+        },
+        {
+            "id": "e",
+            "type": "email",
+            "to": "['a@example.com']",
+            "subject": "Hi {{ state.name }}",
+            "body": "b",
+            "next": "a",
+        },
         {"id": "a", "type": "agent", "agent": "bot", "input": "state", "set": "result", "next": "s"},
         {"id": "s", "type": "script", "script": "calc", "next": "d"},
         {"id": "d", "type": "decision", "routes": [{"when": "state.n > 1", "to": "f"}], "default": "done"},

@@ -82,7 +82,15 @@ def test_nan_and_infinity_are_refused():
 
 def test_yaml_12_core_schema_keeps_on_yes_and_dates_as_text():
     document = parse("on: [created]\nyes: no\nday: 2024-01-01\nn: 0o17\nf: 1.5\nt: true\nz: ~\n")
-    assert document.data == {"on": ["created"], "yes": "no", "day": "2024-01-01", "n": 15, "f": 1.5, "t": True, "z": None}
+    assert document.data == {
+        "on": ["created"],
+        "yes": "no",
+        "day": "2024-01-01",
+        "n": 15,
+        "f": 1.5,
+        "t": True,
+        "z": None,
+    }
 
 
 def test_the_stored_text_is_the_source_exactly():

@@ -14,7 +14,16 @@ def test_results_are_plain_python_values():
         ["state"],
     )
     result = comp.evaluate({"state": {}})
-    assert result == {"i": 1, "d": 2.5, "s": "x", "b": True, "n": None, "l": [1, "a"], "t": "2024-01-01T00:01:30Z", "dur": 90}
+    assert result == {
+        "i": 1,
+        "d": 2.5,
+        "s": "x",
+        "b": True,
+        "n": None,
+        "l": [1, "a"],
+        "t": "2024-01-01T00:01:30Z",
+        "dur": 90,
+    }
     assert type(result["i"]) is int and type(result["b"]) is bool and type(result["s"]) is str
     assert type(result) is dict and type(result["l"]) is list
 
@@ -68,7 +77,11 @@ def test_decimal_and_datetime_inputs_are_accepted():
 
     comp = compile_expression("[state.a + 1, state.b * 2.0, state.when]", ["state"])
     when = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
-    assert comp.evaluate({"state": {"a": Decimal("2"), "b": Decimal("1.5"), "when": when}}) == [3, 3.0, "2024-01-01T00:00:00Z"]
+    assert comp.evaluate({"state": {"a": Decimal("2"), "b": Decimal("1.5"), "when": when}}) == [
+        3,
+        3.0,
+        "2024-01-01T00:00:00Z",
+    ]
 
 
 def test_templates_render_placeholders():

@@ -42,9 +42,11 @@ def shuffled(value, rnd):
 
 
 @settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow], deadline=None)
-@given(rnd=st.randoms(use_true_random=False), indent=st.integers(min_value=2, max_value=6), comment=st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), max_size=40
-))
+@given(
+    rnd=st.randoms(use_true_random=False),
+    indent=st.integers(min_value=2, max_value=6),
+    comment=st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), max_size=40),
+)
 def test_key_order_whitespace_and_comments_do_not_change_the_hash(rnd, indent, comment):
     data = shuffled(BASE, rnd)
     text = f"# {comment}\n" + yaml.safe_dump(data, sort_keys=False, indent=indent, width=1000) + f"\n# {comment}\n"

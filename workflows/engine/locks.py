@@ -31,15 +31,13 @@ def lock_run(run_id: UUID | str) -> dict[str, Any]:
     timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
     try:
         with connection.cursor() as cur:
-            cur.execute("SELECT current_setting('lock_timeout')")
-            previous = cur.fetchone()[0]
+            # SET LOCAL: the bound holds for the rest of this transaction (only lock waits)
             cur.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(timeout_ms)}ms"])
             cur.execute(f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE", [run_id])  # noqa: S608
             cols = [c[0] for c in cur.description]
             row = cur.fetchone()
             if row is not None:
                 row = db.decode_row(row, db._decoder(cur.description))
-            cur.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
     except DatabaseError as exc:
         if db.sqlstate(exc) in (db.LOCK_NOT_AVAILABLE, db.DEADLOCK):
             raise LockTimeout("the run is busy; retry the whole transaction") from None
@@ -49,16 +47,19 @@ def lock_run(run_id: UUID | str) -> dict[str, Any]:
     return dict(zip(cols, row, strict=True))
 
 
-def try_lock_run(run_id: UUID | str) -> dict[str, Any] | None:
+def try_lock_run(run_id: UUID | str, *, first: bool = True) -> dict[str, Any] | None:
     """Take the execution lock only if it is free (executor paths never wait). None if busy.
 
-    Must run inside a savepoint-safe context: a busy lock raises inside PostgreSQL, so we
-    wrap the statement in a savepoint and answer None instead of poisoning the transaction.
+    A busy lock raises inside PostgreSQL and aborts the transaction. Executor transactions
+    take the lock as their first statement (``first=True``), so the caller just rolls the
+    whole (empty) transaction back; elsewhere a savepoint keeps the transaction usable.
     """
+    from contextlib import nullcontext
+
     from django.db import transaction
 
     try:
-        with transaction.atomic(), connection.cursor() as cur:
+        with (nullcontext() if first else transaction.atomic()), connection.cursor() as cur:
             cur.execute(
                 f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT",  # noqa: S608
                 [run_id],
@@ -69,6 +70,8 @@ def try_lock_run(run_id: UUID | str) -> dict[str, Any] | None:
                 row = db.decode_row(row, db._decoder(cur.description))
     except DatabaseError as exc:
         if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
+            if first and connection.in_atomic_block:
+                transaction.set_rollback(True)  # the transaction is aborted: roll it back, never commit
             return None
         raise
     if row is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -67,12 +68,12 @@ def run(
 ) -> Settle:
     """Apply a claimed command in one transaction. Raises Busy/Fenced/DeadlineExceeded or the failure."""
     with transaction.atomic():
-        remaining_ms = max(1, int((deadline - __import__("time").monotonic()) * 1000))
-        with connection.cursor() as cur:
-            cur.execute("SELECT set_config('statement_timeout', %s, true)", [f"{remaining_ms}ms"])
-        run_row = locks.try_lock_run(run_id)
+        run_row = locks.try_lock_run(run_id)  # first statement: a busy lock aborts an empty transaction
         if run_row is None:
             raise Busy()
+        remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        with connection.cursor() as cur:
+            cur.execute("SELECT set_config('statement_timeout', %s, true)", [f"{remaining_ms}ms"])
         cmd = db.fetchdict(
             f"SELECT {COMMAND_COLUMNS} FROM workflow_commands WHERE id = %s AND status = 'CLAIMED' AND token = %s",  # noqa: S608
             [command_id, token],

@@ -92,3 +92,33 @@ def task_for(user: Any, *, task_id: Any) -> Task:
     if not can_act_on_task(user, task):
         raise TaskNotFound("task not found")
     return task
+
+
+def database_now() -> Any:
+    """The database clock. Due times are written on it, so overdue marks compare with it,
+    never with the web node's clock."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def decision_schemas_as_written(task: Task) -> dict[str, Any]:
+    """The decisions' payload schemas of a task as its definition wrote them (key order kept),
+    for laying out forms. Empty when the pinned plan cannot be read here; the task's own
+    decision snapshot stays the schema that completions are checked against."""
+    from workflows.definitions import cache
+    from workflows.definitions.plan import HumanTaskStep
+    from workflows.exceptions import WorkflowError
+
+    run = task.run
+    try:
+        plan = cache.get_plan(scope=run.scope, definition_id=run.definition_id, version=run.version,
+                              expected_hash=run.plan_hash)
+    except WorkflowError:
+        return {}
+    step = plan.steps.get(task.step)
+    if not isinstance(step, HumanTaskStep):
+        return {}
+    return {d.name: d.payload_schema for d in step.decisions if d.payload_schema}

@@ -1,0 +1,310 @@
+"""Approvers' pages: the inbox of open tasks and one page per task with its decision forms.
+
+Reads go through ``workflows.queries`` (which also decides who may see a task: assignees and
+staff with ``workflows.change_task``; everyone else gets 404, with no hint that the task
+exists), writes through ``operations.complete_task``. The inbox is one template that htmx
+refreshes as a fragment (``request.htmx``).
+
+A decision form carries two hidden fields: an idempotency key minted when the page is drawn
+(a double submit records one completion; the second answers the first) and a signed
+*ticket* holding the assignment and subject version the approver saw. The ticket is the
+expected assignment of the completion, so a task reassigned meanwhile is refused by the
+engine; and it lets the page tell a former assignee "this task was reassigned" where anyone
+else gets a plain 404.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core import signing
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods
+
+from workflows import operations, queries
+from workflows.exceptions import (
+    IdempotencyConflict,
+    InvalidPayload,
+    LockTimeout,
+    PersistenceError,
+    TaskNotFound,
+    TaskNotWaiting,
+)
+from workflows.models import Task
+from workflows.views import forms
+
+TICKET_SALT = "workflows.tasks.decision-form"
+TICKET_MAX_AGE = 60 * 60 * 24 * 30  # a form left open for a month still explains itself
+MAX_STATE_ITEMS = 200
+MAX_STATE_DEPTH = 6
+# after a decision is recorded the page waits this long for the executor, so the
+# confirmation can show where the run went (the decision is recorded either way)
+CONFIRM_WAIT_SECONDS = 2.0
+
+CLOSED_NOTICES = {
+    "COMPLETING": "A decision has been recorded for this task and is being applied.",
+    "COMPLETED": "This task has been completed.",
+    "EXPIRED": "This task expired when it passed its due date; it no longer takes a decision.",
+    "CANCELLED": "This task was cancelled: its run ended or was cancelled.",
+    "WITHDRAWN": "This task was withdrawn; it no longer takes a decision.",
+}
+
+
+# --- inbox --------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def inbox(request: HttpRequest) -> HttpResponse:
+    now = queries.database_now()
+    tasks = list(queries.tasks_for(request.user).order_by("due_at", "created_at")[:500])
+    rows = [{"task": t, "overdue": _overdue(t, now)} for t in tasks]
+    context = {"rows": rows, "now": now, "overdue_count": sum(1 for r in rows if r["overdue"])}
+    template = "workflows/tasks/_inbox_table.html" if getattr(request, "htmx", False) else "workflows/tasks/inbox.html"
+    return render(request, template, context)
+
+
+def _overdue(task: Task, now: datetime) -> bool:
+    return task.status == "OPEN" and task.due_at is not None and task.due_at <= now
+
+
+# --- one task -----------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def task_page(request: HttpRequest, task_id: uuid.UUID) -> HttpResponse:
+    try:
+        task = queries.task_for(request.user, task_id=task_id)
+    except TaskNotFound:
+        if request.method == "POST" and _former_assignee(request, task_id):
+            return _gone(request, status=409)
+        raise Http404("task not found") from None
+    if request.method == "POST":
+        return _decide(request, task)
+    return _render_task(request, task)
+
+
+def _decide(request: HttpRequest, task: Task) -> HttpResponse:
+    decision = str(request.POST.get("decision", ""))
+    key = str(request.POST.get("idempotency_key", ""))[:255] or None
+    ticket = _read_ticket(request, task.id)
+    snapshot = {d["name"]: d for d in task.decisions or []}
+    chosen = snapshot.get(decision)
+    as_written = queries.decision_schemas_as_written(task)
+    form = forms.build(decision, chosen.get("schema") if chosen else None, order=as_written.get(decision))
+    payload = forms.parse(form, request.POST)
+
+    if form.has_errors:
+        # some inputs could not be read as values: nothing is recorded; show what the
+        # engine would say about the rest next to them
+        from workflows.definitions import schemas
+
+        if chosen and chosen.get("schema"):
+            unread = {f.pointer for f in form.all_fields() if f.errors}
+            forms.attach(
+                form,
+                chosen["schema"],
+                [
+                    v
+                    for v in schemas.validate(chosen["schema"], payload if payload is not None else {})
+                    if not any(v.pointer == p or v.pointer.startswith(p + "/") for p in unread)
+                ],
+            )
+        return _render_task(request, task, failed=form, key=key, status=422)
+
+    expected = {"mode": ticket["mode"], "value": ticket["value"]} if ticket else None
+    subject_version = ticket.get("subject_version") if ticket and task.require_version_stability else None
+    try:
+        recorded = operations.complete_task(
+            task_id=task.id,
+            decision=decision,
+            payload=payload,
+            expected_assignment=expected,
+            subject_version=subject_version,
+            idempotency_key=key,
+            actor=request.user,
+        )
+    except InvalidPayload as exc:
+        task.refresh_from_db()
+        if task.status != "OPEN":
+            return _render_task(request, task, status=409)
+        forms.attach(form, chosen.get("schema") if chosen else None, exc.violations)
+        if not form.has_errors:
+            form.errors.append("This decision could not be recorded with these details.")
+        return _render_task(request, task, failed=form, key=key, status=422)
+    except TaskNotWaiting:
+        task.refresh_from_db()
+        if not queries.can_act_on_task(request.user, task):
+            return _gone(request, status=409)
+        if task.status == "OPEN":
+            notice = (
+                "This task changed since you opened it (it was reassigned or its subject changed). "
+                "Review it again before deciding."
+            )
+            return _render_task(request, task, notice=notice, status=409)
+        return _render_task(request, task, status=409)
+    except IdempotencyConflict:
+        return _render_task(
+            request,
+            task,
+            notice="This form was already sent with other details. Reload the page to decide again.",
+            status=409,
+        )
+    except (LockTimeout, PersistenceError):
+        return _render_task(
+            request,
+            task,
+            failed=form,
+            key=key,
+            status=503,
+            notice="The run is busy right now; nothing was recorded. Try again in a moment.",
+        )
+
+    label = (chosen or {}).get("label") or decision
+    # give the executor a moment so the page can show where the run went
+    if CONFIRM_WAIT_SECONDS > 0:
+        operations.await_idle(CONFIRM_WAIT_SECONDS, run_id=recorded.run_id)
+    messages.success(request, f"Your decision “{label}” was recorded.")
+    return HttpResponseRedirect(reverse("workflows:task", args=[task.id]))
+
+
+def _render_task(
+    request: HttpRequest,
+    task: Task,
+    *,
+    failed: forms.PayloadForm | None = None,
+    key: str | None = None,
+    notice: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    run = task.run
+    run.refresh_from_db()
+    now = queries.database_now()
+    as_written = queries.decision_schemas_as_written(task)
+    decision_forms = []
+    if task.status == "OPEN":
+        ticket = _ticket(request, task, run.subject_version)
+        for d in task.decisions or []:
+            if failed is not None and failed.decision == d["name"]:
+                form = failed
+            else:
+                form = forms.build(d["name"], d.get("schema"), order=as_written.get(d["name"]))
+            decision_forms.append(
+                {
+                    "name": d["name"],
+                    "label": d.get("label") or d["name"],
+                    "form": form,
+                    "failed": form is failed,
+                    "ticket": ticket,
+                    "key": key if form is failed and key else uuid.uuid4().hex,
+                }
+            )
+    context = {
+        "task": task,
+        "run": run,
+        "overdue": _overdue(task, now),
+        "decisions": decision_forms,
+        "closed_notice": CLOSED_NOTICES.get(task.status, ""),
+        "decided_label": _label_of(task, task.decision),
+        "notice": notice,
+        "state": _readable(run.state),
+        # errors of a form the page cannot show (a decision the task does not offer)
+        "failure_unmatched": failed.errors
+        if failed is not None and not any(d["failed"] for d in decision_forms)
+        else [],
+    }
+    return render(request, "workflows/tasks/task.html", context, status=status)
+
+
+def _label_of(task: Task, name: str) -> str:
+    for d in task.decisions or []:
+        if d.get("name") == name:
+            return str(d.get("label") or name)
+    return name
+
+
+def _gone(request: HttpRequest, *, status: int) -> HttpResponse:
+    return render(request, "workflows/tasks/gone.html", {}, status=status)
+
+
+# --- the ticket: what the approver saw ------------------------------------------------------
+
+
+def _ticket(request: HttpRequest, task: Task, subject_version: str) -> str:
+    return signing.dumps(
+        {
+            "task": str(task.id),
+            "user": request.user.get_username(),
+            "mode": task.assignment_mode,
+            "value": task.assignment_value,
+            "subject_version": subject_version or "",
+        },
+        salt=TICKET_SALT,
+        compress=True,
+    )
+
+
+def _read_ticket(request: HttpRequest, task_id: Any) -> dict[str, Any] | None:
+    raw = request.POST.get("ticket", "")
+    try:
+        data = signing.loads(raw, salt=TICKET_SALT, max_age=TICKET_MAX_AGE)
+    except signing.BadSignature:
+        return None
+    if not isinstance(data, dict) or data.get("task") != str(task_id):
+        return None
+    if data.get("user") != request.user.get_username():
+        return None
+    return data
+
+
+def _former_assignee(request: HttpRequest, task_id: Any) -> bool:
+    """A valid ticket proves this user was shown the task's form: it may say the task moved on."""
+    return _read_ticket(request, task_id) is not None
+
+
+# --- a readable state --------------------------------------------------------------------------
+
+
+def _readable(value: Any) -> Any:
+    """The run's state as nested rows for the key/value view, bounded in size and depth."""
+    budget = [MAX_STATE_ITEMS]
+
+    def node(v: Any, depth: int) -> dict[str, Any]:
+        budget[0] -= 1
+        if isinstance(v, Mapping):
+            if depth >= MAX_STATE_DEPTH:
+                return {"kind": "more"}
+            items = []
+            for k, sub in v.items():
+                if budget[0] <= 0:
+                    items.append({"key": "…", "value": {"kind": "more"}})
+                    break
+                items.append({"key": forms.humanise(str(k)), "raw_key": str(k), "value": node(sub, depth + 1)})
+            return {"kind": "map", "items": items}
+        if isinstance(v, list):
+            if depth >= MAX_STATE_DEPTH:
+                return {"kind": "more"}
+            entries = []
+            for sub in v:
+                if budget[0] <= 0:
+                    entries.append({"kind": "more"})
+                    break
+                entries.append(node(sub, depth + 1))
+            return {"kind": "list", "items": entries}
+        if v is True or v is False:
+            return {"kind": "bool", "text": "Yes" if v else "No"}
+        if v is None:
+            return {"kind": "none", "text": "—"}
+        return {"kind": "scalar", "text": str(v)}
+
+    if value is None:
+        return None
+    return node(value, 0)

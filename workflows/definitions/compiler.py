@@ -34,7 +34,7 @@ UNKNOWN_NAME = "unknownName"
 # The variables each kind of field provides to CEL and to callbacks.
 V_PAYLOAD = ("payload",)
 V_STATE = ("state",)
-V_TRIGGER = ("record", "previous", "changed")
+V_TRIGGER = ("record", "previous", "changed", "event")
 V_TRIGGER_PAYLOAD = ("record", "previous", "changed", "event")
 V_SIGNAL = ("state", "payload")
 V_DECISION = ("state", "payload", "decision")

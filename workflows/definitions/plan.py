@@ -234,7 +234,7 @@ class EndStep(Step):
 class Trigger:
     model: str  # "app_label.Model"
     on: tuple[str, ...]  # created / updated / deleted
-    when: Computation | None = None  # vars: record, previous, changed
+    when: Computation | None = None  # vars: record, previous, changed, event
     payload: Computation | None = None  # vars: record, previous, changed, event
     business_key: Computation | None = None
 

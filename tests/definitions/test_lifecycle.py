@@ -412,3 +412,22 @@ def test_next_version_counts_every_status_per_scope():
 def test_public_operations_take_keyword_arguments_only():
     with pytest.raises(TypeError):
         definitions.publish("default", "simple", 1)
+
+
+def test_failure_marks_apply_to_live_rows_of_other_scopes_only():
+    available(scope="tenant-a")
+    available()
+    assert lifecycle.record_failure(
+        scope="tenant-a", definition_id="simple", version=1, failure="NAME_BINDING_UNRESOLVED"
+    )
+    assert not lifecycle.record_failure(
+        scope="tenant-a", definition_id="simple", version=1, failure="NAME_BINDING_UNRESOLVED"
+    )
+    assert not lifecycle.record_failure(
+        scope="default", definition_id="simple", version=1, failure="NAME_BINDING_UNRESOLVED"
+    )
+    marks = {r.scope: r.failure for r in definitions.list(definition_id="simple")}
+    assert marks == {"default": None, "tenant-a": "NAME_BINDING_UNRESOLVED"}
+    assert lifecycle.record_failure(scope="tenant-a", definition_id="simple", version=1, failure=None)
+    with pytest.raises(InvalidArgument):
+        lifecycle.record_failure(scope="tenant-a", definition_id="simple", version=1, failure="whatever")

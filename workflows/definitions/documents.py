@@ -102,10 +102,12 @@ class _AliasRefused(Exception):
 
 
 class _StrictComposer(Composer):
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
-        if self.check_event(AliasEvent):
-            event = self.peek_event()
-            raise _AliasRefused(event.start_mark.line + 1)
+    """Refuses aliases (and with them alias bombs) instead of resolving them."""
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        parser: Any = self  # the Parser mixin of the loader provides the event methods
+        if parser.check_event(AliasEvent):
+            raise _AliasRefused(parser.peek_event().start_mark.line + 1)
         return super().compose_node(parent, index)
 
 

@@ -436,6 +436,32 @@ def activations(*, scope: str | None = None) -> list[store.ActivationRecord]:
     return [store.activation_record(r) for r in rows.order_by("scope", "definition_id")]
 
 
+# --- failure marks ---------------------------------------------------------------------------
+
+FAILURE_RULES = ("STATE_TYPE_NOT_EXTENDED", "NAME_BINDING_UNRESOLVED")
+
+
+def record_failure(*, scope: str, definition_id: str, version: int, failure: str | None) -> bool:
+    """Write (or with None clear) the failure mark of a non-default scope's row, in a statement of
+    its own: the executor calls it after a segment or deferral, never inside one. A RETIRED row
+    and every default-scope row are never marked. The mark feeds listings only and refuses
+    nothing. Answers whether a row changed."""
+    scope = store.check_scope(scope)
+    store.check_definition_id(definition_id)
+    store.check_version(version)
+    if failure is not None and failure not in FAILURE_RULES:
+        raise InvalidArgument(f"failure must be one of {', '.join(FAILURE_RULES)}")
+    if scope == DEFAULT_SCOPE:
+        return False
+    changed = (
+        DefinitionVersion.objects.filter(scope=scope, definition_id=definition_id, version=version)
+        .exclude(status=S.RETIRED)
+        .exclude(failure=failure or "")
+        .update(failure=failure or "", updated_at=timezone.now())
+    )
+    return bool(changed)
+
+
 # --- reads -----------------------------------------------------------------------------------
 
 
@@ -481,6 +507,7 @@ __all__ = [
     "load",
     "next_version",
     "publish",
+    "record_failure",
     "reinstate",
     "reset_stale_claims",
     "retire",

@@ -56,8 +56,11 @@ class PlanCache:
         LOADER_MISSING)."""
         key = (scope, definition_id, version)
         entry = self._resident(key)
-        if entry is not None and expected_hash is not None and entry.plan is not None and (
-            entry.plan.plan_hash != expected_hash
+        if (
+            entry is not None
+            and expected_hash is not None
+            and entry.plan is not None
+            and (entry.plan.plan_hash != expected_hash)
         ):
             # the resident plan is not the pinned one: read the row again before refusing
             with self._lock:

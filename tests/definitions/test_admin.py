@@ -1,0 +1,55 @@
+"""The definition admin calls the lifecycle; it never edits rows."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.urls import reverse
+
+from tests.definitions.conftest import simple
+from workflows import definitions
+from workflows.models import Activation, DefinitionVersion
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_client(client):
+    user = get_user_model().objects.create_superuser("root", "root@example.com", "pw-for-tests")
+    client.force_login(user)
+    return client
+
+
+def act(client, action, model="definitionversion", ids=None):
+    url = reverse(f"admin:workflows_{model}_changelist")
+    ids = ids if ids is not None else list(DefinitionVersion.objects.values_list("pk", flat=True))
+    return client.post(url, {"action": action, "_selected_action": ids}, follow=True)
+
+
+def test_changelist_and_detail_render(admin_client):
+    definitions.load(scope="default", text=simple())
+    row = DefinitionVersion.objects.get()
+    assert admin_client.get(reverse("admin:workflows_definitionversion_changelist")).status_code == 200
+    assert admin_client.get(reverse("admin:workflows_definitionversion_change", args=[row.pk])).status_code == 200
+    assert admin_client.get(reverse("admin:workflows_activation_changelist")).status_code == 200
+
+
+def test_publish_and_activate_actions(admin_client):
+    definitions.load(scope="default", text=simple())
+    act(admin_client, "publish")
+    assert DefinitionVersion.objects.get().status == "AVAILABLE"
+    act(admin_client, "activate")
+    assert Activation.objects.get().updated_by == "root"
+
+
+def test_refusals_are_shown_with_their_code(admin_client):
+    definitions.load(scope="default", text=simple())
+    response = act(admin_client, "deprecate")
+    assert b"INVALID_TRANSITION" in response.content
+    assert DefinitionVersion.objects.get().status == "CANDIDATE"
+
+
+def test_removing_activation_records(admin_client):
+    definitions.load(scope="default", text=simple())
+    definitions.publish(scope="default", definition_id="simple", version=1)
+    definitions.activate(scope="default", definition_id="simple", version=1)
+    act(admin_client, "follow_default", model="activation", ids=list(Activation.objects.values_list("pk", flat=True)))
+    assert not Activation.objects.exists()

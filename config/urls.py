@@ -10,6 +10,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("api/", include("workflows.api.urls")),
     path("", RedirectView.as_view(url="/tasks/", permanent=False)),
     path("", include("workflows.urls")),
 ]

@@ -1,0 +1,306 @@
+"""Serializers of the API: input serializers check the *shape* of a request (types, lengths,
+required fields); every semantic check (schemas, versions, states) is the engine's.
+
+Output serializers fix the wire format of DESIGN.md §5 (and document it in OpenAPI); the
+data they render comes from ``workflows.queries`` / ``workflows.operations``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from workflows.models import RunStatus
+
+NAME = 255  # ids, names, scopes, keys: at most 255 characters everywhere
+MAX_AWAIT_SECONDS = 30
+
+
+def _name(**kwargs: Any) -> serializers.CharField:
+    return serializers.CharField(max_length=NAME, **kwargs)
+
+
+class AnyJSONField(serializers.JSONField):
+    """Any JSON value (bounded and checked for depth by the parser and the engine)."""
+
+
+# --- input -----------------------------------------------------------------------------------
+
+
+class StartRunInput(serializers.Serializer):
+    definition_id = _name()
+    version = serializers.IntegerField(min_value=1, max_value=2_147_483_647, required=False, allow_null=True)
+    scope = _name(required=False, allow_null=True)
+    business_key = _name(required=False, allow_blank=True, allow_null=True, trim_whitespace=False)
+    payload = AnyJSONField(required=False, allow_null=True)
+
+
+class SignalInput(serializers.Serializer):
+    name = _name()
+    payload = AnyJSONField(required=False, allow_null=True)
+    branch = _name(required=False, allow_null=True, allow_blank=True)
+
+
+class CancelInput(serializers.Serializer):
+    reason = serializers.CharField(max_length=1000, required=False, allow_blank=True, allow_null=True)
+
+
+class MigrateInput(serializers.Serializer):
+    target_version = serializers.IntegerField(min_value=1, max_value=2_147_483_647)
+    target_scope = _name(required=False, allow_null=True)
+    target_step = _name(required=False, allow_null=True)
+    action = serializers.ChoiceField(choices=["move", "cancel", "end"], required=False, default="move")
+
+
+class AssignmentField(serializers.Serializer):
+    mode = serializers.ChoiceField(choices=["user", "group", "role"])
+    value = _name()
+
+
+class CompleteTaskInput(serializers.Serializer):
+    decision = _name()
+    payload = AnyJSONField(required=False, allow_null=True)
+    expected_assignment = AssignmentField(required=False, allow_null=True)
+    subject_version = serializers.CharField(max_length=NAME, required=False, allow_null=True, allow_blank=True)
+
+
+class ReassignTaskInput(serializers.Serializer):
+    """The new assignment: ``{"assignment": {"mode", "value"}}`` or ``{"mode", "value"}``."""
+
+    assignment = AssignmentField(required=False)
+    mode = serializers.ChoiceField(choices=["user", "group", "role"], required=False)
+    value = _name(required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        nested = attrs.get("assignment")
+        if nested is not None:
+            if "mode" in attrs or "value" in attrs:
+                raise serializers.ValidationError(
+                    {"assignment": ["give the assignment either nested or as mode and value, not both"]}, code="both"
+                )
+            return {"mode": nested["mode"], "value": nested["value"]}
+        missing = {k: ["This field is required."] for k in ("mode", "value") if k not in attrs}
+        if missing:
+            raise serializers.ValidationError(missing, code="required")
+        return {"mode": attrs["mode"], "value": attrs["value"]}
+
+
+class LoadDefinitionInput(serializers.Serializer):
+    scope = _name(required=False, default="default")
+    format = serializers.ChoiceField(choices=["yaml", "json"], required=False, default="yaml")
+    text = serializers.CharField(trim_whitespace=False)
+    metadata = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        help_text="source attribution: source_type, source_uri, source_revision, source_author, upload_id (strings)",
+    )
+
+    def validate_metadata(self, value: Any) -> Any:
+        if value is not None and not isinstance(value, dict):
+            raise serializers.ValidationError("must be an object", code="not_a_dict")
+        return value
+
+
+class ActivateInput(serializers.Serializer):
+    version = serializers.IntegerField(min_value=1, max_value=2_147_483_647)
+    target_scope = _name(required=False, allow_null=True)
+
+
+class AwaitQuery(serializers.Serializer):
+    await_ = serializers.FloatField(min_value=0, max_value=MAX_AWAIT_SECONDS, required=False, allow_null=True)
+
+    def to_internal_value(self, data: Any) -> Any:
+        raw = {"await_": data.get("await")} if "await" in data else {}
+        try:
+            return super().to_internal_value(raw)
+        except serializers.ValidationError as exc:
+            # the query parameter is called "await" (a Python keyword)
+            detail = exc.detail
+            if isinstance(detail, dict) and "await_" in detail:
+                detail = {"await": detail["await_"]}
+            raise serializers.ValidationError(detail) from None
+
+
+class RunFilters(serializers.Serializer):
+    status = serializers.MultipleChoiceField(
+        choices=RunStatus.choices, required=False, help_text="one or more run statuses (repeat the parameter)"
+    )
+    definition_id = _name(required=False)
+    version = serializers.IntegerField(min_value=1, max_value=2_147_483_647, required=False)
+    scope = _name(required=False)
+    step = _name(required=False, help_text="the run's current step")
+    business_key = _name(required=False)
+    subject_type = serializers.CharField(max_length=64, required=False)
+    subject_id = _name(required=False)
+    created_after = serializers.DateTimeField(required=False)
+    created_before = serializers.DateTimeField(required=False)
+
+
+class DefinitionFilters(serializers.Serializer):
+    scope = _name(required=False)
+    definition_id = _name(required=False)
+    status = serializers.ChoiceField(
+        choices=["CANDIDATE", "PUBLISHING", "AVAILABLE", "DEPRECATED", "RETIRED"], required=False
+    )
+
+
+class ActivationFilters(serializers.Serializer):
+    scope = _name(required=False)
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+class CommandOut(serializers.Serializer):
+    id = serializers.IntegerField(allow_null=True)
+    run = serializers.UUIDField()
+    kind = serializers.CharField()
+    status = serializers.CharField()
+    seq = serializers.IntegerField(allow_null=True)
+
+
+class SubjectOut(serializers.Serializer):
+    type = serializers.CharField()
+    id = serializers.CharField()
+    version = serializers.CharField()
+
+
+class FailureOut(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+class WaitOut(serializers.Serializer):
+    kind = serializers.CharField()
+    step = serializers.CharField()
+    branch = serializers.CharField(allow_null=True)
+    since = serializers.DateTimeField()
+
+
+class RunOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    definition_id = serializers.CharField()
+    version = serializers.IntegerField()
+    scope = serializers.CharField()
+    start_scope = serializers.CharField()
+    status = serializers.ChoiceField(choices=RunStatus.choices)
+    current_step = serializers.CharField(allow_null=True)
+    state = AnyJSONField(allow_null=True)
+    state_version = serializers.IntegerField()
+    business_key = serializers.CharField(allow_blank=True)
+    subject = SubjectOut(allow_null=True)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    failure = FailureOut(allow_null=True)
+    waits = WaitOut(many=True)
+
+
+class ActorOut(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["USER", "SERVICE", "SYSTEM", "NONE"])
+    id = serializers.CharField(allow_null=True)
+    status = serializers.ChoiceField(choices=["VERIFIED", "ABSENT", "DEGRADED"])
+
+
+class HistoryEntryOut(serializers.Serializer):
+    seq = serializers.IntegerField()
+    type = serializers.CharField()
+    at = serializers.DateTimeField()
+    actor = ActorOut()
+    command = serializers.IntegerField(allow_null=True)
+    step = serializers.CharField(allow_null=True)
+    outcome = serializers.CharField(allow_null=True)
+    state_version_before = serializers.IntegerField(allow_null=True)
+    state_version_after = serializers.IntegerField(allow_null=True)
+    patch = AnyJSONField(allow_null=True)
+    payload = AnyJSONField(allow_null=True)
+
+
+class AssignmentOut(serializers.Serializer):
+    mode = serializers.CharField()
+    value = serializers.CharField()
+
+
+class DecisionOut(serializers.Serializer):
+    name = serializers.CharField()
+    schema = AnyJSONField(allow_null=True)
+
+
+class TaskOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    run = serializers.UUIDField()
+    step = serializers.CharField()
+    title = serializers.CharField(allow_blank=True)
+    status = serializers.CharField()
+    assignment = AssignmentOut()
+    decisions = DecisionOut(many=True)
+    due_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+
+
+class DefinitionOut(serializers.Serializer):
+    scope = serializers.CharField()
+    definition_id = serializers.CharField()
+    version = serializers.IntegerField()
+    status = serializers.CharField()
+    plan_hash = serializers.CharField()
+
+
+class ActivationOut(serializers.Serializer):
+    scope = serializers.CharField()
+    definition_id = serializers.CharField()
+    target_scope = serializers.CharField()
+    version = serializers.IntegerField()
+    updated_at = serializers.DateTimeField(allow_null=True)
+    updated_by = serializers.CharField(allow_blank=True)
+
+
+class ViolationOut(serializers.Serializer):
+    pointer = serializers.CharField(allow_blank=True, help_text="RFC 6901 pointer into the request body")
+    type = serializers.CharField()
+    message = serializers.CharField()
+    line = serializers.IntegerField(required=False, help_text="the document line (definition documents)")
+
+
+class ProblemOut(serializers.Serializer):
+    """RFC 9457 problem details with a stable ``code`` and value-free ``violations``."""
+
+    type = serializers.CharField()
+    title = serializers.CharField()
+    status = serializers.IntegerField()
+    code = serializers.CharField(help_text="stable reason code, e.g. INVALID_PAYLOAD, LOCK_TIMEOUT")
+    detail = serializers.CharField()
+    violations = ViolationOut(many=True)
+
+
+# --- representations -------------------------------------------------------------------------
+
+
+def task_dict(task: Any) -> dict[str, Any]:
+    return {
+        "id": task.id,
+        "run": task.run_id,
+        "step": task.step,
+        "title": task.title,
+        "status": task.status,
+        "assignment": {"mode": task.assignment_mode, "value": task.assignment_value},
+        "decisions": [{"name": d.get("name", ""), "schema": d.get("schema")} for d in (task.decisions or [])],
+        "due_at": task.due_at,
+        "created_at": task.created_at,
+    }
+
+
+def history_dict(entry: Any) -> dict[str, Any]:
+    return {
+        "seq": entry.seq,
+        "type": entry.type,
+        "at": entry.at,
+        "actor": {"kind": entry.actor_kind, "id": entry.actor_id or None, "status": entry.attribution_status},
+        "command": entry.command_id,
+        "step": entry.step or None,
+        "outcome": entry.outcome or None,
+        "state_version_before": entry.state_version_before,
+        "state_version_after": entry.state_version_after,
+        "patch": entry.patch,
+        "payload": entry.payload,
+    }

@@ -1,0 +1,59 @@
+"""URLs of the API: ``/api/v1/`` (DESIGN.md §5), the OpenAPI schema at ``/api/schema/`` and
+Swagger UI at ``/api/docs/`` (assets from drf-spectacular-sidecar, no CDN).
+
+Included once from ``config/urls.py`` under ``api/``. A path under ``v1/`` that matches no
+endpoint answers a problem+json 404 rather than Django's HTML page.
+"""
+
+from __future__ import annotations
+
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from workflows.api import views
+
+app_name = "api"
+
+v1 = [
+    path("runs/", views.RunsView.as_view(), name="runs"),
+    path("runs/<str:id>/", views.RunView.as_view(), name="run"),
+    path("runs/<str:id>/history/", views.RunHistoryView.as_view(), name="run-history"),
+    path("runs/<str:id>/signals/", views.RunSignalView.as_view(), name="run-signals"),
+    path("runs/<str:id>/cancel/", views.RunCancelView.as_view(), name="run-cancel"),
+    path("runs/<str:id>/retry/", views.RunRetryView.as_view(), name="run-retry"),
+    path("runs/<str:id>/migrate/", views.RunMigrateView.as_view(), name="run-migrate"),
+    path("tasks/", views.TasksView.as_view(), name="tasks"),
+    path("tasks/<str:id>/", views.TaskView.as_view(), name="task"),
+    path("tasks/<str:id>/complete/", views.TaskCompleteView.as_view(), name="task-complete"),
+    path("tasks/<str:id>/reassign/", views.TaskReassignView.as_view(), name="task-reassign"),
+    path("definitions/", views.DefinitionsView.as_view(), name="definitions"),
+    path(
+        "definitions/<str:scope>/<str:definition_id>/<int:version>/publish/",
+        views.DefinitionPublishView.as_view(),
+        name="definition-publish",
+    ),
+    path(
+        "definitions/<str:scope>/<str:definition_id>/<int:version>/deprecate/",
+        views.DefinitionDeprecateView.as_view(),
+        name="definition-deprecate",
+    ),
+    path(
+        "definitions/<str:scope>/<str:definition_id>/<int:version>/retire/",
+        views.DefinitionRetireView.as_view(),
+        name="definition-retire",
+    ),
+    path(
+        "definitions/<str:scope>/<str:definition_id>/<int:version>/reinstate/",
+        views.DefinitionReinstateView.as_view(),
+        name="definition-reinstate",
+    ),
+    path("activations/", views.ActivationsView.as_view(), name="activations"),
+    path("activations/<str:scope>/<str:definition_id>/", views.ActivationView.as_view(), name="activation"),
+    re_path(r"^.*$", views.not_found),
+]
+
+urlpatterns = [
+    path("v1/", include(v1)),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+]

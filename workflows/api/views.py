@@ -1,0 +1,654 @@
+"""The integration API (DESIGN.md §5): thin adapters, one view per action.
+
+Each view: input serializer (shape only) → ``workflows.operations`` / ``workflows.queries`` /
+``workflows.definitions`` → output serializer. Every error, wherever it is raised, is shaped
+by ``workflows.api.errors.problem_exception_handler``.
+
+Recording endpoints (start, signal, complete, retry, migrate) answer ``202`` with the recorded
+command; with ``?await=N`` (0 to 30 s) they wait for the execution probe on that run and answer
+``200`` with the run as it is then.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from workflows import definitions, operations, queries
+from workflows.api import pagination, parsers, permissions
+from workflows.api import serializers as s
+from workflows.api.errors import PROBLEM_CONTENT_TYPE, problem
+from workflows.exceptions import InstanceNotFound, TaskNotFound
+
+# The longest ``?await`` honoured, in seconds (the parameter is validated against
+# serializers.MAX_AWAIT_SECONDS; this cap is what the wait uses).
+WAIT_CAP_SECONDS: float = s.MAX_AWAIT_SECONDS
+
+
+# --- OpenAPI helpers -------------------------------------------------------------------------
+
+_ERROR_TEXT = {
+    400: "INVALID_PAYLOAD (shape, bounds, schema; with pointers) or INVALID_ARGUMENT",
+    401: "NOT_AUTHENTICATED / AUTHENTICATION_FAILED: no or a wrong token or session",
+    403: "PERMISSION_DENIED: the caller lacks the model permission",
+    404: "not found (NOT_FOUND, INSTANCE_NOT_FOUND, TASK_NOT_FOUND, DEFINITION_MISSING)",
+    406: "NOT_ACCEPTABLE: the API answers JSON",
+    409: "conflict (IDEMPOTENCY_CONFLICT, SIGNAL_REJECTED, TASK_NOT_WAITING, INVALID_TRANSITION, ...)",
+    413: "PAYLOAD_TOO_LARGE: the body is larger than the server accepts",
+    415: "UNSUPPORTED_MEDIA_TYPE: send application/json",
+    422: "unprocessable (NO_CURRENT_VERSION, VERSION_NOT_RUNNABLE, DEFINITION_INVALID, ...)",
+    429: "THROTTLED (with Retry-After) or SIGNAL_LIMIT",
+    503: "LOCK_TIMEOUT or PERSISTENCE: retry after Retry-After seconds",
+}
+_ALWAYS = (401, 403, 406, 429)
+_BODY = (400, 413, 415)
+
+
+def errors(*codes: int, **text: str) -> dict[Any, Any]:
+    """problem+json responses for the given statuses (plus the ones every endpoint has)."""
+    out: dict[Any, Any] = {}
+    for code in sorted({*codes, *_ALWAYS}):
+        description = text.get(f"e{code}", _ERROR_TEXT[code])
+        out[(code, PROBLEM_CONTENT_TYPE)] = OpenApiResponse(s.ProblemOut, description=description)
+    return out
+
+
+RETRY_AFTER = OpenApiParameter(
+    "Retry-After",
+    OpenApiTypes.INT,
+    OpenApiParameter.HEADER,
+    response=[429, 503],
+    description="seconds to wait before retrying",
+)
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    {"type": "string", "minLength": 1, "maxLength": 255},
+    OpenApiParameter.HEADER,
+    description="a repeat with the same key and body answers the first recording; another body with the same "
+    "key is refused with IDEMPOTENCY_CONFLICT",
+)
+AWAIT = OpenApiParameter(
+    "await",
+    {"type": "number", "minimum": 0, "maximum": s.MAX_AWAIT_SECONDS},
+    OpenApiParameter.QUERY,
+    description="wait up to this many seconds for the executor to go idle on the run, then answer 200 with the run",
+)
+RUN_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="the run's id")
+TASK_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="the task's id")
+SCOPE = OpenApiParameter(
+    "scope",
+    {"type": "string", "pattern": "^[^/]+$"},
+    OpenApiParameter.PATH,
+    description="the definition scope, e.g. default",
+)
+DEFINITION_ID = OpenApiParameter(
+    "definition_id", {"type": "string", "pattern": "^[^/]+$"}, OpenApiParameter.PATH, description="the definition id"
+)
+VERSION = OpenApiParameter("version", OpenApiTypes.INT, OpenApiParameter.PATH, description="the version")
+PAGE = [
+    OpenApiParameter("cursor", OpenApiTypes.STR, description="the opaque cursor of a next/previous link"),
+    OpenApiParameter(
+        "page_size",
+        {"type": "integer", "minimum": 1, "maximum": pagination.MAX_PAGE_SIZE},
+        description=f"results per page (default {pagination.PAGE_SIZE})",
+    ),
+]
+
+
+def recorded_responses(**text: str) -> dict[Any, Any]:
+    return {
+        202: OpenApiResponse(s.CommandOut, description="the command was recorded; the executor runs it"),
+        200: OpenApiResponse(s.RunOut, description="with ?await: the run after the executor went idle on it"),
+        **errors(*_BODY, 404, 409, 422, 503, **text),
+    }
+
+
+# --- base ------------------------------------------------------------------------------------
+
+
+class ApiView(APIView):
+    # Token first: an unauthenticated request is answered 401 with WWW-Authenticate (DRF takes
+    # the header from the first class; session authentication has none and would make it 403).
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    parser_classes = [parsers.BoundedJSONParser]
+    renderer_classes = [JSONRenderer]
+    permission_classes: list[type[BasePermission]] = [IsAuthenticated]
+    read_permission: type[BasePermission] | None = None
+    write_permission: type[BasePermission] | None = None
+
+    def get_permissions(self) -> list[BasePermission]:
+        chosen = self.read_permission if self.request.method in SAFE_METHODS else self.write_permission
+        return [IsAuthenticated(), *([chosen()] if chosen else [])]
+
+
+def valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def run_id_of(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InstanceNotFound("run not found") from None
+
+
+def task_id_of(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise TaskNotFound("task not found") from None
+
+
+def idempotency_key(request: Request) -> str | None:
+    return request.headers.get("Idempotency-Key")
+
+
+def await_seconds(request: Request) -> float | None:
+    """Validated before anything is recorded: a bad ``await`` must not leave a command behind."""
+    return valid(s.AwaitQuery, request.query_params).get("await_")
+
+
+def recorded(recording: operations.Recorded, wait: float | None, *, location: bool = False) -> Response:
+    if wait is not None:
+        operations.await_idle(min(wait, WAIT_CAP_SECONDS), run_id=recording.run_id)
+        return Response(s.RunOut(queries.query(run_id=recording.run_id)).data)
+    headers = {"Location": reverse("api:run", args=[recording.run_id])} if location else None
+    return Response(s.CommandOut(recording.as_dict()).data, status=status.HTTP_202_ACCEPTED, headers=headers)
+
+
+def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    """Anything under /api/v1/ that matches no endpoint (paths end with '/')."""
+    body = problem(404, "NOT_FOUND", "Not found", "no such endpoint (API paths end with '/')").data
+    return JsonResponse(body, status=404, content_type=PROBLEM_CONTENT_TYPE)
+
+
+# --- runs ------------------------------------------------------------------------------------
+
+
+class RunsView(ApiView):
+    read_permission = permissions.CanReadRuns
+    pagination_class = pagination.RunCursor
+    write_permission = permissions.CanStartRuns
+
+    @extend_schema(
+        operation_id="runs_list",
+        tags=["runs"],
+        summary="List runs",
+        parameters=[s.RunFilters, *PAGE],
+        responses={200: s.RunOut(many=True), **errors(400, 404, e404="NOT_FOUND: an invalid cursor")},
+    )
+    def get(self, request: Request) -> Response:
+        filters = valid(s.RunFilters, request.query_params)
+        runs = queries.runs()
+        lookups = {
+            "definition_id": "definition_id",
+            "version": "version",
+            "scope": "scope",
+            "step": "current_step",
+            "business_key": "business_key",
+            "subject_type": "subject_type",
+            "subject_id": "subject_id",
+            "created_after": "created_at__gte",
+            "created_before": "created_at__lt",
+        }
+        runs = runs.filter(**{lookups[k]: v for k, v in filters.items() if k in lookups})
+        if filters.get("status"):
+            runs = runs.filter(status__in=sorted(filters["status"]))
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(runs, request, view=self) or []
+        return paginator.get_paginated_response(s.RunOut([queries.run_dict(r) for r in page], many=True).data)
+
+    @extend_schema(
+        operation_id="runs_start",
+        tags=["runs"],
+        summary="Start a run",
+        request=s.StartRunInput,
+        parameters=[
+            IDEMPOTENCY_KEY,
+            AWAIT,
+            RETRY_AFTER,
+            OpenApiParameter(
+                "Location", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[202], description="the run"
+            ),
+        ],
+        responses=recorded_responses(
+            e409="IDEMPOTENCY_CONFLICT, DEPRECATED, INVALID_TRANSITION (retired)",
+            e422="NO_CURRENT_VERSION, VERSION_NOT_RUNNABLE",
+            e404="DEFINITION_MISSING",
+        ),
+    )
+    def post(self, request: Request) -> Response:
+        wait = await_seconds(request)
+        body = valid(s.StartRunInput, request.data)
+        recording = operations.start(
+            definition_id=body["definition_id"],
+            version=body.get("version"),
+            scope=body.get("scope"),
+            business_key=body.get("business_key") or "",
+            payload=body.get("payload"),
+            idempotency_key=idempotency_key(request),
+            actor=request.user,
+        )
+        return recorded(recording, wait, location=True)
+
+
+class RunView(ApiView):
+    read_permission = permissions.CanReadRuns
+
+    @extend_schema(
+        operation_id="runs_retrieve",
+        tags=["runs"],
+        summary="A run",
+        parameters=[RUN_ID],
+        responses={200: s.RunOut, **errors(404, e404="INSTANCE_NOT_FOUND")},
+    )
+    def get(self, request: Request, id: str) -> Response:
+        return Response(s.RunOut(queries.query(run_id=run_id_of(id))).data)
+
+
+class RunHistoryView(ApiView):
+    read_permission = permissions.CanReadRuns
+    pagination_class = pagination.HistoryCursor
+
+    @extend_schema(
+        operation_id="runs_history",
+        tags=["runs"],
+        summary="A run's history and decision log",
+        parameters=[RUN_ID, *PAGE],
+        responses={
+            200: s.HistoryEntryOut(many=True),
+            **errors(404, e404="INSTANCE_NOT_FOUND, or NOT_FOUND for an invalid cursor"),
+        },
+    )
+    def get(self, request: Request, id: str) -> Response:
+        run_id = run_id_of(id)
+        queries.query(run_id=run_id)  # INSTANCE_NOT_FOUND before an empty page
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(queries.history(run_id=run_id), request, view=self) or []
+        return paginator.get_paginated_response(s.HistoryEntryOut([s.history_dict(e) for e in page], many=True).data)
+
+
+class RunSignalView(ApiView):
+    write_permission = permissions.CanChangeRuns
+
+    @extend_schema(
+        operation_id="runs_signal",
+        tags=["runs"],
+        summary="Send a signal to a run",
+        request=s.SignalInput,
+        parameters=[RUN_ID, IDEMPOTENCY_KEY, AWAIT, RETRY_AFTER],
+        responses=recorded_responses(
+            e404="INSTANCE_NOT_FOUND",
+            e409="SIGNAL_REJECTED (ended run, undeclared name), IDEMPOTENCY_CONFLICT",
+            e429="SIGNAL_LIMIT: too many open signals for this run, or THROTTLED",
+        ),
+    )
+    def post(self, request: Request, id: str) -> Response:
+        run_id = run_id_of(id)
+        wait = await_seconds(request)
+        body = valid(s.SignalInput, request.data)
+        recording = operations.signal(
+            run_id=run_id,
+            name=body["name"],
+            payload=body.get("payload"),
+            branch=body.get("branch") or None,
+            idempotency_key=idempotency_key(request),
+            actor=request.user,
+        )
+        return recorded(recording, wait)
+
+
+class RunCancelView(ApiView):
+    write_permission = permissions.CanChangeRuns
+
+    @extend_schema(
+        operation_id="runs_cancel",
+        tags=["runs"],
+        summary="Cancel a run (synchronously)",
+        request=s.CancelInput,
+        parameters=[RUN_ID, RETRY_AFTER],
+        responses={
+            200: OpenApiResponse(s.RunOut, description="the cancelled run"),
+            **errors(*_BODY, 404, 409, 503, e404="INSTANCE_NOT_FOUND", e409="SIGNAL_REJECTED: already ended"),
+        },
+    )
+    def post(self, request: Request, id: str) -> Response:
+        run_id = run_id_of(id)
+        body = valid(s.CancelInput, request.data)
+        operations.cancel(run_id=run_id, reason=body.get("reason") or "", actor=request.user)
+        return Response(s.RunOut(queries.query(run_id=run_id)).data)
+
+
+class RunRetryView(ApiView):
+    write_permission = permissions.CanChangeRuns
+
+    @extend_schema(
+        operation_id="runs_retry",
+        tags=["runs"],
+        summary="Retry a failed run or its dead-lettered commands",
+        request=None,
+        parameters=[RUN_ID, AWAIT, RETRY_AFTER],
+        responses=recorded_responses(e404="INSTANCE_NOT_FOUND", e409="SIGNAL_REJECTED: ended, or nothing to retry"),
+    )
+    def post(self, request: Request, id: str) -> Response:
+        run_id = run_id_of(id)
+        wait = await_seconds(request)
+        return recorded(operations.retry(run_id=run_id, actor=request.user), wait)
+
+
+class RunMigrateView(ApiView):
+    write_permission = permissions.CanMigrateRuns
+
+    @extend_schema(
+        operation_id="runs_migrate",
+        tags=["runs"],
+        summary="Migrate a run to another revision",
+        request=s.MigrateInput,
+        parameters=[RUN_ID, AWAIT, RETRY_AFTER],
+        responses=recorded_responses(
+            e404="INSTANCE_NOT_FOUND",
+            e409="MIGRATION_ILLEGAL_STATE: ended, scope not admitted, another migration pending",
+        ),
+    )
+    def post(self, request: Request, id: str) -> Response:
+        run_id = run_id_of(id)
+        wait = await_seconds(request)
+        body = valid(s.MigrateInput, request.data)
+        recording = operations.migrate(
+            run_id=run_id,
+            target_version=body["target_version"],
+            target_scope=body.get("target_scope"),
+            target_step=body.get("target_step"),
+            action=body["action"],
+            actor=request.user,
+        )
+        return recorded(recording, wait)
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+
+class TasksView(ApiView):
+    pagination_class = pagination.TaskCursor
+
+    @extend_schema(
+        operation_id="tasks_list",
+        tags=["tasks"],
+        summary="My open tasks",
+        parameters=PAGE,
+        responses={200: s.TaskOut(many=True), **errors(404, e404="NOT_FOUND: an invalid cursor")},
+    )
+    def get(self, request: Request) -> Response:
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(queries.tasks_for(request.user), request, view=self) or []
+        return paginator.get_paginated_response(s.TaskOut([s.task_dict(t) for t in page], many=True).data)
+
+
+class TaskView(ApiView):
+    @extend_schema(
+        operation_id="tasks_retrieve",
+        tags=["tasks"],
+        summary="A task I may act on",
+        parameters=[TASK_ID],
+        responses={200: s.TaskOut, **errors(404, e404="TASK_NOT_FOUND")},
+    )
+    def get(self, request: Request, id: str) -> Response:
+        task = queries.task_for(request.user, task_id=task_id_of(id))
+        return Response(s.TaskOut(s.task_dict(task)).data)
+
+
+class TaskCompleteView(ApiView):
+    @extend_schema(
+        operation_id="tasks_complete",
+        tags=["tasks"],
+        summary="Complete a task with a decision",
+        request=s.CompleteTaskInput,
+        parameters=[TASK_ID, IDEMPOTENCY_KEY, AWAIT, RETRY_AFTER],
+        responses=recorded_responses(
+            e404="TASK_NOT_FOUND: no such task, or one the caller cannot act on",
+            e409="TASK_NOT_WAITING (not open, reassigned, stale subject version), IDEMPOTENCY_CONFLICT",
+        ),
+    )
+    def post(self, request: Request, id: str) -> Response:
+        task = queries.task_for(request.user, task_id=task_id_of(id))
+        wait = await_seconds(request)
+        body = valid(s.CompleteTaskInput, request.data)
+        # The caller was allowed to act because of the task's assignment as read above: record
+        # the completion only while that assignment still holds (a reassignment in between is
+        # refused with TASK_NOT_WAITING instead of completing someone else's task).
+        expected = body.get("expected_assignment") or {"mode": task.assignment_mode, "value": task.assignment_value}
+        recording = operations.complete_task(
+            task_id=task.id,
+            decision=body["decision"],
+            payload=body.get("payload"),
+            expected_assignment=expected,
+            subject_version=body.get("subject_version"),
+            idempotency_key=idempotency_key(request),
+            actor=request.user,
+        )
+        return recorded(recording, wait)
+
+
+class TaskReassignView(ApiView):
+    @extend_schema(
+        operation_id="tasks_reassign",
+        tags=["tasks"],
+        summary="Reassign a task",
+        request=s.ReassignTaskInput,
+        parameters=[TASK_ID, RETRY_AFTER],
+        responses={
+            200: OpenApiResponse(s.TaskOut, description="the task with its new assignment"),
+            **errors(*_BODY, 404, 409, 503, e404="TASK_NOT_FOUND", e409="TASK_NOT_WAITING"),
+        },
+    )
+    def post(self, request: Request, id: str) -> Response:
+        task = queries.task_for(request.user, task_id=task_id_of(id))
+        body = valid(s.ReassignTaskInput, request.data)
+        operations.reassign_task(task_id=task.id, mode=body["mode"], value=body["value"], actor=request.user)
+        task.refresh_from_db()
+        return Response(s.TaskOut(s.task_dict(task)).data)
+
+
+# --- definitions -----------------------------------------------------------------------------
+
+
+def definition_dict(record: Any) -> dict[str, Any]:
+    return {k: getattr(record, k) for k in ("scope", "definition_id", "version", "status", "plan_hash")}
+
+
+class DefinitionsView(ApiView):
+    read_permission = permissions.CanManageDefinitions
+    write_permission = permissions.CanManageDefinitions
+    pagination_class = pagination.ListCursor
+    parser_classes = [
+        parsers.BoundedJSONParser,
+        parsers.YAMLDocumentParser,
+        parsers.XYAMLDocumentParser,
+        parsers.TextYAMLDocumentParser,
+    ]
+
+    @extend_schema(
+        operation_id="definitions_list",
+        tags=["definitions"],
+        summary="Stored definition versions",
+        parameters=[s.DefinitionFilters, *PAGE],
+        responses={200: s.DefinitionOut(many=True), **errors(400, 404, e404="NOT_FOUND: invalid cursor")},
+    )
+    def get(self, request: Request) -> Response:
+        filters = valid(s.DefinitionFilters, request.query_params)
+        records = definitions.list(**filters)
+        paginator = self.pagination_class()
+        page = paginator.paginate_list(records, request)
+        return paginator.get_paginated_response(s.DefinitionOut([definition_dict(r) for r in page], many=True).data)
+
+    @extend_schema(
+        operation_id="definitions_load",
+        tags=["definitions"],
+        summary="Load a candidate definition",
+        description="JSON `{scope, format, text}`, or the YAML document itself as the body "
+        "(`Content-Type: application/yaml`, scope in `?scope=`).",
+        request={"application/json": s.LoadDefinitionInput, "application/yaml": OpenApiTypes.STR},
+        parameters=[OpenApiParameter("scope", OpenApiTypes.STR, description="with a YAML body: the scope")],
+        responses={
+            201: s.DefinitionOut,
+            **errors(
+                *_BODY,
+                409,
+                422,
+                e409="CONTRACT_MISMATCH, VERSION_EXISTS, NODE_ROLE",
+                e422="DEFINITION_INVALID, UNKNOWN_TYPE_NAME",
+            ),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        data = request.data
+        if isinstance(data, dict) and request.content_type.startswith(
+            ("application/yaml", "application/x-yaml", "text/yaml")
+        ):
+            data = {**data, "scope": request.query_params.get("scope", "default")}
+        body = valid(s.LoadDefinitionInput, data)
+        record = definitions.load(
+            scope=body["scope"], text=body["text"], format=body["format"], metadata=body.get("metadata")
+        )
+        return Response(s.DefinitionOut(definition_dict(record)).data, status=status.HTTP_201_CREATED)
+
+
+class _DefinitionLifecycleView(ApiView):
+    write_permission = permissions.CanManageDefinitions
+    operation = ""
+
+    def post(self, request: Request, scope: str, definition_id: str, version: int) -> Response:
+        change = getattr(definitions, self.operation)
+        record = change(scope=scope, definition_id=definition_id, version=version)
+        return Response(s.DefinitionOut(definition_dict(record)).data)
+
+
+def _lifecycle(operation: str, summary: str, conflicts: str) -> type[_DefinitionLifecycleView]:
+    schema = extend_schema(
+        operation_id=f"definitions_{operation}",
+        tags=["definitions"],
+        summary=summary,
+        request=None,
+        parameters=[SCOPE, DEFINITION_ID, VERSION],
+        responses={
+            200: s.DefinitionOut,
+            **errors(
+                400,
+                404,
+                409,
+                422,
+                e404="DEFINITION_MISSING",
+                e409=conflicts,
+                e422="DEFINITION_INVALID: the stored text no longer compiles",
+            ),
+        },
+    )
+
+    def post(
+        self: _DefinitionLifecycleView, request: Request, scope: str, definition_id: str, version: int
+    ) -> Response:
+        return _DefinitionLifecycleView.post(self, request, scope, definition_id, version)
+
+    return type(
+        f"Definition{operation.title()}View",
+        (_DefinitionLifecycleView,),
+        {"operation": operation, "post": schema(post)},
+    )
+
+
+DefinitionPublishView = _lifecycle(
+    "publish", "Publish a candidate (CANDIDATE → AVAILABLE)", "INVALID_TRANSITION, DRIFT, LOADER_MISSING, NODE_ROLE"
+)
+DefinitionDeprecateView = _lifecycle(
+    "deprecate",
+    "Deprecate a version (AVAILABLE → DEPRECATED)",
+    "INVALID_TRANSITION (other status, or the default scope's current version)",
+)
+DefinitionRetireView = _lifecycle(
+    "retire", "Retire a version (CANDIDATE/DEPRECATED → RETIRED)", "PINNED_INSTANCES, INVALID_TRANSITION"
+)
+DefinitionReinstateView = _lifecycle(
+    "reinstate",
+    "Reinstate a version (RETIRED/DEPRECATED → AVAILABLE)",
+    "INVALID_TRANSITION, DRIFT, LOADER_MISSING, NODE_ROLE",
+)
+
+
+# --- activations -----------------------------------------------------------------------------
+
+
+class ActivationsView(ApiView):
+    read_permission = permissions.CanManageDefinitions
+    pagination_class = pagination.ListCursor
+
+    @extend_schema(
+        operation_id="activations_list",
+        tags=["activations"],
+        summary="Activation records",
+        parameters=[s.ActivationFilters, *PAGE],
+        responses={200: s.ActivationOut(many=True), **errors(400, 404, e404="NOT_FOUND: invalid cursor")},
+    )
+    def get(self, request: Request) -> Response:
+        filters = valid(s.ActivationFilters, request.query_params)
+        records = definitions.activations(scope=filters.get("scope"))
+        paginator = self.pagination_class()
+        page = paginator.paginate_list(records, request)
+        return paginator.get_paginated_response(s.ActivationOut([r.as_dict() for r in page], many=True).data)
+
+
+class ActivationView(ApiView):
+    write_permission = permissions.CanManageDefinitions
+
+    @extend_schema(
+        operation_id="activations_activate",
+        tags=["activations"],
+        summary="Make a version what starts without a version run in a scope",
+        request=s.ActivateInput,
+        parameters=[SCOPE, DEFINITION_ID],
+        responses={
+            200: s.ActivationOut,
+            **errors(*_BODY, 409, e409="INVALID_TRANSITION (target not AVAILABLE), CONTRACT_MISMATCH"),
+        },
+    )
+    def put(self, request: Request, scope: str, definition_id: str) -> Response:
+        body = valid(s.ActivateInput, request.data)
+        record = definitions.activate(
+            scope=scope,
+            definition_id=definition_id,
+            version=body["version"],
+            target_scope=body.get("target_scope"),
+            updated_by=request.user.get_username(),
+        )
+        return Response(s.ActivationOut(record.as_dict()).data)
+
+    @extend_schema(
+        operation_id="activations_deactivate",
+        tags=["activations"],
+        summary="Follow the default scope again, or (for the default scope) deactivate",
+        request=None,
+        parameters=[SCOPE, DEFINITION_ID],
+        responses={
+            204: OpenApiResponse(description="the record is gone (an absent record is accepted)"),
+            **errors(400),
+        },
+    )
+    def delete(self, request: Request, scope: str, definition_id: str) -> Response:
+        if scope == "default":
+            definitions.deactivate_default(definition_id=definition_id)
+        else:
+            definitions.follow(scope=scope, definition_id=definition_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -40,8 +40,14 @@ def execute_call(drive: Drive, step: p.CallStep) -> Outcome:
     except WorkflowError as exc:
         raise DeterministicFailure(f"DETERMINISTIC_FAILURE: call of step {step.id} refused ({exc.code})") from exc
     wait["child"] = recorded.run_id
-    drive.history.add("CALL_STARTED", step=step.id, branch_id=drive.branch_id, command_id=drive.command_id,
-                      actor=drive.actor, payload={"child": recorded.run_id})
+    drive.history.add(
+        "CALL_STARTED",
+        step=step.id,
+        branch_id=drive.branch_id,
+        command_id=drive.command_id,
+        actor=drive.actor,
+        payload={"child": recorded.run_id},
+    )
     return WAIT
 
 
@@ -49,12 +55,19 @@ def _resume_here(drive: Drive, step: p.CallStep, target: dict[str, Any], result:
     status = target.get("status", "")
     waits.leave(drive, "returned" if status == "COMPLETED" else "call-failed")
     drive.count_step()
-    drive.history.add("CALL_RETURNED", step=step.id, branch_id=drive.branch_id, command_id=drive.command_id,
-                      actor=drive.actor, payload={"child": target.get("child"), "status": status})
+    drive.history.add(
+        "CALL_RETURNED",
+        step=step.id,
+        branch_id=drive.branch_id,
+        command_id=drive.command_id,
+        actor=drive.actor,
+        payload={"child": target.get("child"), "status": status},
+    )
     if status == "COMPLETED":
         state = drive.run["state"]
-        new_state = apply_set(step.set, state, {"state": state, "result": result, "status": status}, step=step.id,
-                              field="set")
+        new_state = apply_set(
+            step.set, state, {"state": state, "result": result, "status": status}, step=step.id, field="set"
+        )
         drive.decide(step=step.id, outcome="call-returned", new_state=new_state, change=step.set is not None)
         return driver.run_from(drive, step.next or "")
     drive.decide(step=step.id, outcome="call-failed")
@@ -63,8 +76,9 @@ def _resume_here(drive: Drive, step: p.CallStep, target: dict[str, Any], result:
     if drive.branch is not None:
         drive.branch["status"] = "FAILED"
         return WAIT
-    drive.history.add("WORKFLOW_FAILED", step=step.id, command_id=drive.command_id, actor=drive.actor,
-                      outcome="CALL_FAILED")
+    drive.history.add(
+        "WORKFLOW_FAILED", step=step.id, command_id=drive.command_id, actor=drive.actor, outcome="CALL_FAILED"
+    )
     teardown.end_run(drive, "FAILED", code="CALL_FAILED", message=f"the run called at step {step.id} did not complete")
     return END
 
@@ -92,8 +106,9 @@ def apply_resume(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
     ):
         from workflows.engine import forks
 
-        outcome = forks._continue_in_branch(drive, branch, lambda b=branch: _resume_here(drive, step, target,
-                                                                                         cmd["payload"]))
+        outcome = forks._continue_in_branch(
+            drive, branch, lambda b=branch: _resume_here(drive, step, target, cmd["payload"])
+        )
         segment._after_drive(drive, outcome)
         return segment._completed(drive, cmd)
     drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="NOT_WAITING")

@@ -47,10 +47,21 @@ def insert(
     dedup_key: str = "",
     fp: str = "",
     context: Any = None,
+    persist_counters: bool = False,
 ) -> dict[str, Any]:
+    """Insert a command at the run's next position. ``persist_counters`` writes the run's
+    queue counters (next sequence, open signals) in the same statement (recording paths)."""
     seq = next_seq(run)
+    sql = _PLAIN
+    extra: list[Any] = []
+    if persist_counters:
+        sql = (
+            "WITH c AS (" + _PLAIN + "), u AS (UPDATE workflow_runs SET next_seq = %s, open_signals = %s, "
+            "updated_at = now() WHERE id = %s) SELECT * FROM c"
+        )
+        extra = [run["next_seq"], run["open_signals"], run["id"]]
     row = db.fetchone(
-        _PLAIN,
+        sql,
         [
             run["id"],
             seq,
@@ -64,6 +75,7 @@ def insert(
             fp,
             db.jsonb(context),
             *actor.columns(),
+            *extra,
         ],
     )
     assert row is not None
@@ -151,9 +163,7 @@ def rearm_timer(run: dict[str, Any], timer: dict[str, Any]) -> dict[str, Any]:
         ],
     )
     assert row is not None
-    db.execute(
-        "UPDATE workflow_timers SET command_id = %s, status = 'SCHEDULED' WHERE id = %s", [row[0], timer["id"]]
-    )
+    db.execute("UPDATE workflow_timers SET command_id = %s, status = 'SCHEDULED' WHERE id = %s", [row[0], timer["id"]])
     return {"id": row[0], "seq": seq, "fire_at": timer["fire_at"]}
 
 

@@ -119,3 +119,17 @@ def map_database_error(exc: DatabaseError, operation: str) -> Exception:
     if state in (LOCK_NOT_AVAILABLE, DEADLOCK):
         return LockTimeout(f"{operation}: the run is busy (lock timeout); retry the transaction")
     return PersistenceError(f"{operation}: database failure ({type(exc).__name__}, sqlstate {state or 'unknown'})")
+
+
+def execute_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
+    """Several statements in one round trip (client-side binding); answers the rowcount of
+    the first statement, which is the one whose effect the caller must check."""
+    if not statements:
+        return 0
+    sql = ";\n".join(s for s, _ in statements)
+    params: list[Any] = []
+    for _, p in statements:
+        params.extend(p)
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return int(cur.rowcount)

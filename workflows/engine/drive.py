@@ -124,7 +124,9 @@ class Drive:
         self.run["state_version"] = version_before + 1
         return before, version_before, version_before + 1
 
-    def decide(self, *, step: str, outcome: str, new_state: Any = None, change: bool = False, branch_id: str = "") -> None:
+    def decide(
+        self, *, step: str, outcome: str, new_state: Any = None, change: bool = False, branch_id: str = ""
+    ) -> None:
         """Log a DECISION (with the state change when ``change``)."""
         if change:
             before, vb, va = self.set_state(new_state)
@@ -196,31 +198,43 @@ class Drive:
             raise
 
     # --- persistence -----------------------------------------------------------------
-    def save(self) -> None:
-        self.run["history_seq"] = self.history.flush()
+    def save(self, *, first: tuple[str, list[Any]] | None = None) -> int:
+        """Write the history and the run row in one round trip. ``first`` (the command's
+        settlement) runs before them and its rowcount is answered."""
+        statements: list[tuple[str, Any]] = [first] if first is not None else []
+        history = self.history.flush_statement()
+        if history is not None:
+            statements.append(history)
+        self.run["history_seq"] = self.history.next_seq - 1
         r = self.run
-        db.execute(
-            "UPDATE workflow_runs SET status=%s, state=%s, state_version=%s, current_step=%s, wait=%s, "
-            "subject_type=%s, subject_id=%s, subject_version=%s, failure_code=%s, failure_message=%s, "
-            "compensation=%s, next_seq=%s, open_signals=%s, history_seq=%s, cancel_reason=%s, ended_at=%s, "
-            "updated_at=now() WHERE id=%s",
-            [
-                r["status"],
-                db.jsonb(r["state"]),
-                r["state_version"],
-                r["current_step"],
-                db.jsonb(r["wait"]),
-                r["subject_type"] or "",
-                r["subject_id"] or "",
-                r["subject_version"] or "",
-                r["failure_code"] or "",
-                (r["failure_message"] or "")[:4000],
-                db.jsonb(r["compensation"]),
-                r["next_seq"],
-                r["open_signals"],
-                r["history_seq"],
-                r["cancel_reason"] or "",
-                r["ended_at"],
-                r["id"],
-            ],
+        statements.append(
+            (
+                "UPDATE workflow_runs SET status=%s, state=%s, state_version=%s, current_step=%s, wait=%s, "
+                "subject_type=%s, subject_id=%s, subject_version=%s, failure_code=%s, failure_message=%s, "
+                "compensation=%s, next_seq=%s, open_signals=%s, history_seq=%s, cancel_reason=%s, ended_at=%s, "
+                "scope=%s, version=%s, plan_hash=%s, updated_at=now() WHERE id=%s",
+                [
+                    r["status"],
+                    db.jsonb(r["state"]),
+                    r["state_version"],
+                    r["current_step"],
+                    db.jsonb(r["wait"]),
+                    r["subject_type"] or "",
+                    r["subject_id"] or "",
+                    r["subject_version"] or "",
+                    r["failure_code"] or "",
+                    (r["failure_message"] or "")[:4000],
+                    db.jsonb(r["compensation"]),
+                    r["next_seq"],
+                    r["open_signals"],
+                    r["history_seq"],
+                    r["cancel_reason"] or "",
+                    r["ended_at"],
+                    r["scope"],
+                    r["version"],
+                    r["plan_hash"],
+                    r["id"],
+                ],
+            )
         )
+        return db.execute_batch(statements)

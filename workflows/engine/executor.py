@@ -41,8 +41,9 @@ HEAD_RULE = (
 PEEK = (
     "SELECT c.id, c.run_id, c.kind, c.target, r.scope, r.definition_id, r.version, r.plan_hash, r.status AS run_status "
     "FROM workflow_commands c JOIN workflow_runs r ON r.id = c.run_id "
-    "WHERE c.status IN ('PENDING','DEFERRED') AND c.available_at <= now() {run_filter} AND " + HEAD_RULE +
-    " ORDER BY c.available_at, c.id LIMIT %s"
+    "WHERE c.status IN ('PENDING','DEFERRED') AND c.available_at <= now() {run_filter} AND "
+    + HEAD_RULE
+    + " ORDER BY c.available_at, c.id LIMIT %s"
 )
 
 
@@ -76,24 +77,70 @@ def _plan_for(head: Head) -> Plan | None:
     from workflows.definitions import cache
 
     try:
-        return cache.get_plan(
+        plan = cache.get_plan(
             scope=head.scope, definition_id=head.definition_id, version=head.version, expected_hash=head.plan_hash
         )
     except (VersionNotRunnable, DefinitionError):
         return None
+    if head.kind == "MIGRATION" and not _target_resident(head):
+        return None
+    return plan
+
+
+def _target_resident(head: Head) -> bool:
+    """A migration also needs its target plan; a node that cannot build it defers the command.
+    A target row that is not published is no build failure: the segment rejects it."""
+    from workflows.definitions import cache
+
+    target = head.target if isinstance(head.target, dict) else {}
+    try:
+        cache.get_plan(scope=str(target.get("scope") or head.scope), definition_id=head.definition_id,
+                       version=int(target.get("version")))  # type: ignore[arg-type]
+    except (VersionNotRunnable, TypeError, ValueError):
+        return True
+    except DefinitionError:
+        return False
+    return True
+
+
+CLAIM_FAST = (
+    "WITH r AS (SELECT id FROM workflow_runs WHERE id = %s AND status IN ('PENDING','RUNNING','WAITING',"
+    "'COMPENSATING') FOR NO KEY UPDATE NOWAIT) "
+    "UPDATE workflow_commands c SET status = 'CLAIMED', attempts = c.attempts + 1, token = %s, claimed_by = %s, "
+    "lease_until = now() + make_interval(secs => %s) FROM r WHERE c.id = %s AND c.run_id = r.id "
+    "AND c.status IN ('PENDING','DEFERRED') AND c.available_at <= now() AND c.attempts < %s AND "
+    + HEAD_RULE
+    + " RETURNING c.id"
+)
 
 
 def claim(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | None:
-    """One short transaction: try-lock, lock the row, re-check, settle/dead-letter/claim.
+    """Claim a head. The common case is one autocommitted statement (try-lock the live run,
+    re-check the head, spend an attempt, token and database-timed lease); anything else —
+    an ended or failed run, spent attempts — takes the full transaction below.
 
     Answers the claim token, or None when nothing is to be run (busy, gone, settled here).
     """
+    token = uuid.uuid4()
+    try:
+        with transaction.atomic():
+            row = db.fetchone(CLAIM_FAST, [head.run_id, token, executor_id(), lease_seconds, head.id, max_attempts])
+    except DatabaseError as exc:
+        if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
+            return None
+        raise
+    if row is not None:
+        return token
+    return _claim_slow(head, lease_seconds=lease_seconds, max_attempts=max_attempts)
+
+
+def _claim_slow(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | None:
     with transaction.atomic():
         run = locks.try_lock_run(head.run_id)
         if run is None:
             return None
         cmd = db.fetchdict(
-            f"SELECT {segment.COMMAND_COLUMNS} FROM workflow_commands c WHERE c.id = %s "  # noqa: S608
+            f"SELECT {segment.COMMAND_COLUMNS} FROM workflow_commands c WHERE c.id = %s "
             "AND c.status IN ('PENDING','DEFERRED') AND c.available_at <= now() AND " + HEAD_RULE + " FOR UPDATE",
             [head.id],
         )
@@ -144,8 +191,7 @@ def _dead_letter(run: dict[str, Any], cmd: dict[str, Any]) -> None:
         drive.history.add("WORKFLOW_FAILED", command_id=cmd["id"], actor=drive.actor, outcome="MAX_ATTEMPTS")
     drive.save()
     db.execute(
-        "UPDATE workflow_commands SET status = 'DEAD', token = NULL, lease_until = NULL, last_error = %s "
-        "WHERE id = %s",
+        "UPDATE workflow_commands SET status = 'DEAD', token = NULL, lease_until = NULL, last_error = %s WHERE id = %s",
         [f"MAX_ATTEMPTS: {cmd['attempts']} attempts spent", cmd["id"]],
     )
     observers.emit(observers.CommandSettled(str(run["id"]), cmd["id"], cmd["kind"], "DEAD"))
@@ -156,7 +202,10 @@ def defer(head: Head) -> int:
     with transaction.atomic():
         run = locks.try_lock_run(head.run_id)
         if run is None or (run["scope"], run["definition_id"], run["version"], run["plan_hash"]) != (
-            head.scope, head.definition_id, head.version, head.plan_hash
+            head.scope,
+            head.definition_id,
+            head.version,
+            head.plan_hash,
         ):
             return 0
         row = db.fetchone(
@@ -170,11 +219,13 @@ def defer(head: Head) -> int:
             return 0
         count = int(row[0])
         if count == 1:
-            from workflows.engine.drive import Drive
             from workflows.engine.actors import NONE
+            from workflows.engine.drive import Drive
 
             drive = Drive.for_run(run, None, NONE, executor_id=executor_id())
-            drive.history.add("COMMAND_DEFERRED", command_id=head.id, actor=NONE, payload={"kind": row[1], "seq": row[2]})
+            drive.history.add(
+                "COMMAND_DEFERRED", command_id=head.id, actor=NONE, payload={"kind": row[1], "seq": row[2]}
+            )
             drive.save()
     observers.emit(observers.CommandDeferred(str(head.run_id), head.id, head.kind, count))
     log.warning("command %s deferred: this node cannot run %s v%s", head.id, head.definition_id, head.version)
@@ -227,7 +278,7 @@ def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: fl
             run = locks.try_lock_run(head.run_id)
             if run is not None:
                 cmd = db.fetchdict(
-                    f"SELECT {segment.COMMAND_COLUMNS} FROM workflow_commands WHERE id = %s AND status = 'CLAIMED' "  # noqa: S608
+                    f"SELECT {segment.COMMAND_COLUMNS} FROM workflow_commands WHERE id = %s AND status = 'CLAIMED' "
                     "AND token = %s FOR UPDATE",
                     [head.id, token],
                 )
@@ -237,8 +288,9 @@ def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: fl
                     _outcome_unknown(head, token)
                     return
                 drive = Drive.for_run(run, None, segment.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
-                drive.history.add("COMMAND_FAILED", command_id=cmd["id"], actor=drive.actor,
-                                  outcome=reason.split(":", 1)[0])
+                drive.history.add(
+                    "COMMAND_FAILED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":", 1)[0]
+                )
                 fails_run = step_limit or cmd["kind"] in ("START", "RETRY", "TIMER")
                 if cmd["kind"] in ("COMPLETION",) and cmd.get("task_id"):
                     segment._reopen(cmd)
@@ -248,15 +300,22 @@ def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: fl
                     run["status"] = "FAILED"
                     run["failure_code"] = reason.split(":", 1)[0][:64]
                     run["failure_message"] = reason[:4000]
-                    drive.history.add("FAILED", command_id=cmd["id"], actor=drive.actor,
-                                      outcome=reason.split(":", 1)[0], step=run.get("current_step") or "")
-                    drive.history.add("WORKFLOW_FAILED", command_id=cmd["id"], actor=drive.actor,
-                                      outcome=reason.split(":", 1)[0])
+                    drive.history.add(
+                        "FAILED",
+                        command_id=cmd["id"],
+                        actor=drive.actor,
+                        outcome=reason.split(":", 1)[0],
+                        step=run.get("current_step") or "",
+                    )
+                    drive.history.add(
+                        "WORKFLOW_FAILED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":", 1)[0]
+                    )
                     if cmd["kind"] == "TIMER" and cmd.get("timer_id"):
                         db.execute("UPDATE workflow_timers SET status = 'FAILED' WHERE id = %s", [cmd["timer_id"]])
                 drive.save()
                 db.execute(
-                    "UPDATE workflow_commands SET status = 'FAILED', last_error = %s, token = NULL, lease_until = NULL, "
+                    "UPDATE workflow_commands SET status = 'FAILED', last_error = %s, token = NULL, "
+                    "lease_until = NULL, "
                     "settled_at = now() WHERE id = %s",
                     [reason[:4000], cmd["id"]],
                 )
@@ -313,11 +372,17 @@ def process(head: Head) -> str:
             if isinstance(exc, WorkflowError) and exc.retryable:
                 _retry_transient(head, token, f"TRANSIENT: {exc.code}")
                 return "TRANSIENT"
-            reason = segment._failure_reason(exc) if not isinstance(exc, WorkflowError) else (
-                f"DETERMINISTIC_FAILURE: {exc.code}"
+            reason = (
+                segment._failure_reason(exc)
+                if not isinstance(exc, WorkflowError)
+                else (f"DETERMINISTIC_FAILURE: {exc.code}")
             )
-            log.error("command %s failed deterministically (%s)", head.id, reason.split(":")[0],
-                      exc_info=log.isEnabledFor(logging.DEBUG))
+            log.error(
+                "command %s failed deterministically (%s)",
+                head.id,
+                reason.split(":")[0],
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
             _fail(head, token, reason, step_limit=isinstance(exc, StepLimitExceeded), deadline=deadline)
             return "FAILED"
         except DatabaseError as exc:
@@ -328,20 +393,35 @@ def process(head: Head) -> str:
                 _retry_transient(head, token, f"TRANSIENT: database failure ({type(exc).__name__})")
                 return "TRANSIENT"
             log.exception("command %s failed in the database", head.id)
-            _fail(head, token, f"DETERMINISTIC_FAILURE: database error ({type(exc).__name__})", step_limit=False,
-                  deadline=deadline)
+            _fail(
+                head,
+                token,
+                f"DETERMINISTIC_FAILURE: database error ({type(exc).__name__})",
+                step_limit=False,
+                deadline=deadline,
+            )
             return "FAILED"
         except Exception as exc:
             log.error("command %s failed (%s)", head.id, type(exc).__name__, exc_info=True)
-            _fail(head, token, f"DETERMINISTIC_FAILURE: the segment failed ({type(exc).__name__})",
-                  step_limit=False, deadline=deadline)
+            _fail(
+                head,
+                token,
+                f"DETERMINISTIC_FAILURE: the segment failed ({type(exc).__name__})",
+                step_limit=False,
+                deadline=deadline,
+            )
             return "FAILED"
         duration = (time.monotonic() - started) * 1000
         observers.emit(observers.CommandSettled(str(head.run_id), head.id, head.kind, settle.status, duration))
         log.info(
             "command settled",
-            extra={"run_id": str(head.run_id), "command_id": head.id, "kind": head.kind, "outcome": settle.status,
-                   "duration_ms": round(duration, 2)},
+            extra={
+                "run_id": str(head.run_id),
+                "command_id": head.id,
+                "kind": head.kind,
+                "outcome": settle.status,
+                "duration_ms": round(duration, 2),
+            },
         )
         return settle.status
 

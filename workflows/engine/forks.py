@@ -26,7 +26,7 @@ BRANCH_COLUMNS = "id, run_id, fork_step, branch_id, generation, status, current_
 
 def _branches(run_id: Any, fork_step: str) -> list[dict[str, Any]]:
     return db.fetchdicts(
-        f"SELECT {BRANCH_COLUMNS} FROM workflow_branches WHERE run_id = %s AND fork_step = %s ORDER BY id",  # noqa: S608
+        f"SELECT {BRANCH_COLUMNS} FROM workflow_branches WHERE run_id = %s AND fork_step = %s ORDER BY id",
         [run_id, fork_step],
     )
 
@@ -35,8 +35,14 @@ def _save_branch(branch: dict[str, Any]) -> None:
     db.execute(
         "UPDATE workflow_branches SET status = %s, current_step = %s, wait = %s, state = %s, result = %s, "
         "updated_at = now() WHERE id = %s",
-        [branch["status"], branch["current_step"] or "", db.jsonb(branch["wait"]), db.jsonb(branch["state"]),
-         db.jsonb(branch["result"]), branch["id"]],
+        [
+            branch["status"],
+            branch["current_step"] or "",
+            db.jsonb(branch["wait"]),
+            db.jsonb(branch["state"]),
+            db.jsonb(branch["result"]),
+            branch["id"],
+        ],
     )
 
 
@@ -79,7 +85,8 @@ def execute_fork(drive: Drive, step: p.ForkStep) -> Outcome:
     drive.run["current_step"] = step.id
     for branch in _branches(drive.run["id"], step.id):
         if branch["status"] == "RUNNING":
-            _drive_branch(drive, branch, join, lambda: driver.run_from(drive, branch["current_step"]))
+            start = branch["current_step"]
+            _drive_branch(drive, branch, join, lambda start=start: driver.run_from(drive, start))
             if drive.run["status"] not in ("WAITING", "RUNNING"):
                 return END  # an `end` inside a branch terminated the run
     return decide_join(drive, step.id)
@@ -91,11 +98,21 @@ def _drive_branch(drive: Drive, branch: dict[str, Any], join: p.JoinStep, body: 
     if outcome is BRANCH_DONE and branch["status"] not in ("FAILED",):
         branch["status"] = "COMPLETED"
         branch["result"] = branch["state"]
-        drive.history.add("BRANCH_COMPLETED", step=join.id, branch_id=branch["branch_id"],
-                          command_id=drive.command_id, actor=drive.actor)
+        drive.history.add(
+            "BRANCH_COMPLETED",
+            step=join.id,
+            branch_id=branch["branch_id"],
+            command_id=drive.command_id,
+            actor=drive.actor,
+        )
     elif branch["status"] == "FAILED":
-        drive.history.add("BRANCH_FAILED", step=branch["current_step"] or "", branch_id=branch["branch_id"],
-                          command_id=drive.command_id, actor=drive.actor)
+        drive.history.add(
+            "BRANCH_FAILED",
+            step=branch["current_step"] or "",
+            branch_id=branch["branch_id"],
+            command_id=drive.command_id,
+            actor=drive.actor,
+        )
     _save_branch(branch)
     if outcome is WAIT:
         with drive.in_branch(branch, join.id):
@@ -115,8 +132,14 @@ def _supersede(drive: Drive, branches: list[dict[str, Any]]) -> None:
             [drive.run["id"], b["branch_id"]],
         )
         for t in tasks:
-            drive.history.add("TASK_WITHDRAWN", step=t["step"], branch_id=b["branch_id"], actor=drive.actor,
-                              command_id=drive.command_id, payload={"task": str(t["id"])})
+            drive.history.add(
+                "TASK_WITHDRAWN",
+                step=t["step"],
+                branch_id=b["branch_id"],
+                actor=drive.actor,
+                command_id=drive.command_id,
+                payload={"task": str(t["id"])},
+            )
         b["status"], b["wait"] = "SUPERSEDED", None
         _save_branch(b)
 
@@ -161,8 +184,9 @@ def decide_join(drive: Drive, fork_step: str) -> Outcome:
         results = {b["branch_id"]: b["result"] for b in done}
         state = drive.run["state"]
         if join.reducer is not None:
-            new_state = apply_set(join.reducer, state, {"state": state, "results": results}, step=join.id,
-                                  field="reducer")
+            new_state = apply_set(
+                join.reducer, state, {"state": state, "results": results}, step=join.id, field="reducer"
+            )
         else:
             new_state = _merge_changes(state, join_row["base"], [b["result"] for b in done])
         drive.decide(step=join.id, outcome="joined", new_state=new_state, change=True)
@@ -172,8 +196,9 @@ def decide_join(drive: Drive, fork_step: str) -> Outcome:
         return driver.run_from(drive, join.on_failure)
     from workflows.engine import teardown
 
-    drive.history.add("WORKFLOW_FAILED", step=join.id, command_id=drive.command_id, actor=drive.actor,
-                      outcome="BRANCH_FAILED")
+    drive.history.add(
+        "WORKFLOW_FAILED", step=join.id, command_id=drive.command_id, actor=drive.actor, outcome="BRANCH_FAILED"
+    )
     teardown.end_run(drive, "FAILED", code="BRANCH_FAILED", message="a branch failed and the join has no onFailure")
     return END
 
@@ -193,7 +218,7 @@ def _merge_changes(state: Any, base: Any, results: list[Any]) -> Any:
 
 def _find_branch(drive: Drive, branch_id: str) -> dict[str, Any] | None:
     rows = db.fetchdicts(
-        f"SELECT {BRANCH_COLUMNS} FROM workflow_branches WHERE run_id = %s AND branch_id = %s "  # noqa: S608
+        f"SELECT {BRANCH_COLUMNS} FROM workflow_branches WHERE run_id = %s AND branch_id = %s "
         "ORDER BY id DESC LIMIT 1 FOR UPDATE",
         [drive.run["id"], branch_id],
     )
@@ -217,22 +242,38 @@ def apply_branch_signal(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
     name, branch_id = target.get("name", ""), target.get("branch", "")
     branch = _find_branch(drive, branch_id)
     if branch is None or branch["status"] in ("COMPLETED", "FAILED", "CANCELLED", "SUPERSEDED"):
-        drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="BRANCH_ENDED",
-                          branch_id=branch_id if segment.named(branch_id) == branch_id else "")
+        drive.history.add(
+            "COMMAND_STALE",
+            command_id=cmd["id"],
+            actor=drive.actor,
+            outcome="BRANCH_ENDED",
+            branch_id=branch_id if segment.named(branch_id) == branch_id else "",
+        )
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
         return segment.Settle("STALE", "BRANCH_ENDED: the addressed branch has ended")
     wait = branch["wait"]
-    if branch["status"] != "WAITING" or not driver.accepts(wait, name) or driver.deadline_blocked(
-        drive.run["id"], wait or {}, cmd["recorded_at"]
+    if (
+        branch["status"] != "WAITING"
+        or not driver.accepts(wait, name)
+        or driver.deadline_blocked(drive.run["id"], wait or {}, cmd["recorded_at"])
     ):
-        drive.history.add("SIGNAL_PARKED", command_id=cmd["id"], actor=drive.actor, branch_id=branch["branch_id"],
-                          payload={"signal": segment.named(name)})
+        drive.history.add(
+            "SIGNAL_PARKED",
+            command_id=cmd["id"],
+            actor=drive.actor,
+            branch_id=branch["branch_id"],
+            payload={"signal": segment.named(name)},
+        )
         return segment.Settle("PARKED")
     try:
         with drive.savepoint():
-            drive.history.add("SIGNAL_RECEIVED", command_id=cmd["id"], actor=drive.actor,
-                              branch_id=branch["branch_id"],
-                              payload={"signal": segment.named(name), "payload": cmd["payload"]})
+            drive.history.add(
+                "SIGNAL_RECEIVED",
+                command_id=cmd["id"],
+                actor=drive.actor,
+                branch_id=branch["branch_id"],
+                payload={"signal": segment.named(name), "payload": cmd["payload"]},
+            )
             outcome = _continue_in_branch(
                 drive, branch, lambda: driver.apply_signal(drive, name=name, payload=cmd["payload"])
             )
@@ -253,8 +294,11 @@ def route_instance_signal(drive: Drive, cmd: dict[str, Any]) -> segment.Settle |
     if wait.get("kind") != "join":
         return None
     name = (cmd["target"] or {}).get("name", "")
-    waiting = [b for b in _branches(drive.run["id"], wait.get("fork", "")) if b["status"] == "WAITING"
-               and driver.accepts(b["wait"], name)]
+    waiting = [
+        b
+        for b in _branches(drive.run["id"], wait.get("fork", ""))
+        if b["status"] == "WAITING" and driver.accepts(b["wait"], name)
+    ]
     if len(waiting) != 1:
         return None
     routed = dict(cmd)

@@ -197,8 +197,15 @@ class HistoryBuffer:
 
     def flush(self) -> int:
         """Insert the buffered entries; answers the run's new history_seq."""
+        statement = self.flush_statement()
+        if statement is not None:
+            db.execute(*statement)
+        return self.next_seq - 1
+
+    def flush_statement(self) -> tuple[str, list[Any]] | None:
+        """The multi-row INSERT of the buffered entries (the buffer is consumed)."""
         if not self.entries:
-            return self.next_seq - 1
+            return None
         rows: list[Any] = []
         values = []
         seq = self.next_seq
@@ -226,16 +233,15 @@ class HistoryBuffer:
                 ]
             )
             seq += 1
-        db.execute(
+        self.entries.clear()
+        self.next_seq = seq
+        return (
             "INSERT INTO workflow_history (run_id, seq, type, at, command_id, step, branch_id, outcome, scope, "
             "definition_id, version, plan_hash, state_version_before, state_version_after, executor_id, patch, "
             "payload, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status, entry_version) VALUES "
             + ",".join(values),
             rows,
         )
-        self.entries.clear()
-        self.next_seq = seq
-        return seq - 1
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -31,9 +31,13 @@ def lock_run(run_id: UUID | str) -> dict[str, Any]:
     timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
     try:
         with connection.cursor() as cur:
-            # SET LOCAL: the bound holds for the rest of this transaction (only lock waits)
-            cur.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(timeout_ms)}ms"])
-            cur.execute(f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE", [run_id])  # noqa: S608
+            # SET LOCAL, evaluated in the scan below the row lock, so the bound applies to this
+            # very wait; it holds for the rest of the transaction (lock waits only)
+            cur.execute(
+                f"SELECT set_config('lock_timeout', %s, true) AS _bound, {RUN_COLUMNS} FROM workflow_runs "
+                "WHERE id = %s FOR NO KEY UPDATE",
+                [f"{int(timeout_ms)}ms", run_id],
+            )
             cols = [c[0] for c in cur.description]
             row = cur.fetchone()
             if row is not None:
@@ -44,7 +48,9 @@ def lock_run(run_id: UUID | str) -> dict[str, Any]:
         raise
     if row is None:
         raise InstanceNotFound("run not found")
-    return dict(zip(cols, row, strict=True))
+    data = dict(zip(cols, row, strict=True))
+    data.pop("_bound", None)
+    return data
 
 
 def try_lock_run(run_id: UUID | str, *, first: bool = True) -> dict[str, Any] | None:
@@ -59,9 +65,9 @@ def try_lock_run(run_id: UUID | str, *, first: bool = True) -> dict[str, Any] | 
     from django.db import transaction
 
     try:
-        with (nullcontext() if first else transaction.atomic()), connection.cursor() as cur:
+        with nullcontext() if first else transaction.atomic(), connection.cursor() as cur:
             cur.execute(
-                f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT",  # noqa: S608
+                f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT",
                 [run_id],
             )
             cols = [c[0] for c in cur.description]
@@ -77,3 +83,49 @@ def try_lock_run(run_id: UUID | str, *, first: bool = True) -> dict[str, Any] | 
     if row is None:
         raise InstanceNotFound("run not found")
     return dict(zip(cols, row, strict=True))
+
+
+FENCED_COMMAND = (
+    "id, run_id, seq, kind, timer_kind, status, payload, target, task_id, timer_id, attempts, recorded_at, "
+    "fire_at, token, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status, reconcile_action"
+)
+
+
+def try_lock_run_with_command(
+    run_id: Any, command_id: int, token: Any, statement_timeout_ms: int
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The segment's first statement: try-lock the run, read our claimed command (None when
+    the claim no longer stands) and set the statement deadline. (None, None) when busy."""
+    from django.db import transaction
+
+    sql = (
+        f"SELECT set_config('statement_timeout', %s, true) AS _deadline, {RUN_COLUMNS}, "
+        f"(SELECT row_to_json(c) FROM (SELECT {FENCED_COMMAND} FROM workflow_commands WHERE id = %s "
+        "AND status = 'CLAIMED' AND token = %s) c) AS _command "
+        "FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT"
+    )
+    try:
+        with connection.cursor() as cur:
+            cur.execute(sql, [f"{int(statement_timeout_ms)}ms", command_id, token, run_id])
+            cols = [c[0] for c in cur.description]
+            row = cur.fetchone()
+            if row is not None:
+                row = db.decode_row(row, db._decoder(cur.description))
+    except DatabaseError as exc:
+        if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
+            if connection.in_atomic_block:
+                transaction.set_rollback(True)
+            return None, None
+        raise
+    if row is None:
+        raise InstanceNotFound("run not found")
+    data = dict(zip(cols, row, strict=True))
+    data.pop("_deadline", None)
+    command = data.pop("_command", None)
+    if command is not None:
+        from datetime import datetime
+
+        for key in ("recorded_at", "fire_at"):
+            if command.get(key):
+                command[key] = datetime.fromisoformat(command[key])
+    return data, command

@@ -60,13 +60,20 @@ def _insert(drive: Drive, *, step: str, kind: str, target: str, payload: Any, ke
     return intent_id
 
 
-def record(drive: Drive, *, step: str, kind: str, target: str, payload: Any, headers: dict[str, Any] | None = None) -> int:
+def record(
+    drive: Drive, *, step: str, kind: str, target: str, payload: Any, headers: dict[str, Any] | None = None
+) -> int:
     key = f"{drive.run['id']}:{drive.command_id}:{step}:{drive.steps}"
     merged = strip_forged(headers)
     merged.update(attribution_headers(drive.actor, full=True))
     merged["idempotency-key"] = key
-    drive.history.add("SERVICE_DISPATCHED", step=step, command_id=drive.command_id, actor=drive.actor,
-                      payload={"target": target if _plain_name(target) else "[webhook]"})
+    drive.history.add(
+        "SERVICE_DISPATCHED",
+        step=step,
+        command_id=drive.command_id,
+        actor=drive.actor,
+        payload={"target": target if _plain_name(target) else "[webhook]"},
+    )
     return _insert(drive, step=step, kind=kind, target=target, payload=payload, key=key, headers=merged)
 
 
@@ -83,24 +90,42 @@ def compensate(drive: Drive, *, forward_step: str, compensation_step: str) -> in
     key = f"{drive.run['id']}:compensate:{compensation_step}:{forward_step}"
     headers = attribution_headers(drive.actor, full=True)
     headers["idempotency-key"] = key
-    drive.history.add("COMPENSATION_DISPATCHED", step=compensation_step, command_id=drive.command_id,
-                      actor=drive.actor, payload={"forward_step": forward_step})
-    return _insert(drive, step=compensation_step, kind="COMPENSATION", target=comp.target, payload=payload, key=key,
-                   headers=headers)
+    drive.history.add(
+        "COMPENSATION_DISPATCHED",
+        step=compensation_step,
+        command_id=drive.command_id,
+        actor=drive.actor,
+        payload={"forward_step": forward_step},
+    )
+    return _insert(
+        drive,
+        step=compensation_step,
+        kind="COMPENSATION",
+        target=comp.target,
+        payload=payload,
+        key=key,
+        headers=headers,
+    )
 
 
 def notify_task(drive: Drive, *, task_id: UUID, reason: str, seq: int = 0) -> int:
     key = f"notify:{task_id}:{reason}:{seq}"
-    return _insert(drive, step="", kind="NOTIFY", target=str(task_id), payload={"reason": reason}, key=key,
-                   headers={})
+    return _insert(drive, step="", kind="NOTIFY", target=str(task_id), payload={"reason": reason}, key=key, headers={})
 
 
 def resume_parent(drive: Drive, *, status: str) -> int:
     run = drive.run
     key = f"resume:{run['id']}"
     payload = {"child": str(run["id"]), "status": status, "state": run["state"]}
-    return _insert(drive, step=run.get("parent_step") or "", kind="RESUME", target=str(run["parent_run_id"]),
-                   payload=payload, key=key, headers={})
+    return _insert(
+        drive,
+        step=run.get("parent_step") or "",
+        kind="RESUME",
+        target=str(run["parent_run_id"]),
+        payload=payload,
+        key=key,
+        headers={},
+    )
 
 
 def _plain_name(target: str) -> bool:
@@ -132,7 +157,7 @@ def deliver(intent_id: int) -> str:
         return "SKIPPED"
     try:
         _perform(intent)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure of a receiver is retried, then dead
         log.warning("outbox delivery failed for intent %s (%s)", intent_id, type(exc).__name__)
         dead = intent["attempts"] >= MAX_DELIVERY_ATTEMPTS
         db.execute(
@@ -175,8 +200,15 @@ def _perform(intent: dict[str, Any]) -> None:
         if _plain_name(target):
             from workflows.engine.evaluate import call_callback
 
-            call_callback(target, "service", {"payload": intent["payload"], "headers": dict(intent["headers"] or {}),
-                                               "idempotency_key": intent["idempotency_key"]})
+            call_callback(
+                target,
+                "service",
+                {
+                    "payload": intent["payload"],
+                    "headers": dict(intent["headers"] or {}),
+                    "idempotency_key": intent["idempotency_key"],
+                },
+            )
         else:
             _webhook(target, intent)
     elif kind == "NOTIFY":
@@ -185,8 +217,11 @@ def _perform(intent: dict[str, Any]) -> None:
         from workflows.engine import recording
 
         recording.record_resume(
-            parent_id=intent["target"], child_id=intent["payload"]["child"], status=intent["payload"]["status"],
-            result=intent["payload"].get("state"), step=intent["step"],
+            parent_id=intent["target"],
+            child_id=intent["payload"]["child"],
+            status=intent["payload"]["status"],
+            result=intent["payload"].get("state"),
+            step=intent["step"],
         )
     else:  # pragma: no cover - kinds are written by this module only
         raise ValueError("unknown intent kind")

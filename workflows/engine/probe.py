@@ -35,7 +35,7 @@ def _filter(run_id: Any) -> tuple[str, list[Any]]:
 def runnable_count(run_id: Any = None) -> int:
     clause, params = _filter(run_id)
     row = db.fetchone(
-        "SELECT count(*) FROM workflow_commands WHERE status IN ('PENDING','CLAIMED') "  # noqa: S608
+        "SELECT count(*) FROM workflow_commands WHERE status IN ('PENDING','CLAIMED') "
         f"AND available_at <= now() {clause}",
         params,
     )

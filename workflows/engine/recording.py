@@ -57,7 +57,8 @@ def _check_key(key: str | None, what: str) -> None:
 
 def _dedup_find(kind: str, scope: str, key: str) -> dict[str, Any] | None:
     return db.fetchdict(
-        "SELECT fingerprint, run_id, command_id, result FROM workflow_dedup WHERE kind = %s AND scope = %s AND key = %s",
+        "SELECT fingerprint, run_id, command_id, result FROM workflow_dedup "
+        "WHERE kind = %s AND scope = %s AND key = %s",
         [kind, scope, key],
     )
 
@@ -74,7 +75,9 @@ def _dedup_claim(kind: str, scope: str, key: str, fp: str, run_id: Any, command_
 def _replay(found: dict[str, Any], fp: str, kind: str) -> Recorded:
     if found["fingerprint"] != fp:
         raise IdempotencyConflict("the idempotency key was used for another request")
-    row = db.fetchdict("SELECT id, run_id, kind, status, seq FROM workflow_commands WHERE id = %s", [found["command_id"]])
+    row = db.fetchdict(
+        "SELECT id, run_id, kind, status, seq FROM workflow_commands WHERE id = %s", [found["command_id"]]
+    )
     if row is None:
         return Recorded(str(found["run_id"]), found["command_id"], kind, "COMPLETE", None, replay=True)
     return Recorded(str(row["run_id"]), row["id"], row["kind"], row["status"], row["seq"], replay=True)
@@ -83,13 +86,6 @@ def _replay(found: dict[str, Any], fp: str, kind: str) -> Recorded:
 def _absent(actor: Actor, kind: str) -> None:
     if actor.kind == "NONE":
         observers.emit(observers.ActorAbsent(kind))
-
-
-def _save_counters(run: dict[str, Any]) -> None:
-    db.execute(
-        "UPDATE workflow_runs SET next_seq = %s, open_signals = %s, updated_at = now() WHERE id = %s",
-        [run["next_seq"], run["open_signals"], run["id"]],
-    )
 
 
 # --- start ---------------------------------------------------------------------------------
@@ -112,9 +108,10 @@ def start(
     start_scope = scope or "default"
     _check_key(idempotency_key, "idempotency key")
     if business_key and len(business_key) > 255:
-        raise InvalidPayload("business key must be at most 255 characters",
-                             violations=[Violation(pointer="/business_key", type="size",
-                                                   message="at most 255 characters")])
+        raise InvalidPayload(
+            "business key must be at most 255 characters",
+            violations=[Violation(pointer="/business_key", type="size", message="at most 255 characters")],
+        )
     fp = commands.fingerprint({"definition_id": definition_id, "payload": payload, "business_key": business_key})
     dedup_scope = f"{start_scope}\x1f{definition_id}"
     if idempotency_key:
@@ -159,9 +156,16 @@ def start(
         ],
     )
     run = {"id": run_id, "next_seq": 1, "open_signals": 0}
-    cmd = commands.insert(run, kind="START", actor=actor, payload=payload, dedup_key=idempotency_key or "", fp=fp,
-                          context=context)
-    _save_counters(run)
+    cmd = commands.insert(
+        run,
+        kind="START",
+        actor=actor,
+        payload=payload,
+        dedup_key=idempotency_key or "",
+        fp=fp,
+        context=context,
+        persist_counters=True,
+    )
     if idempotency_key:
         db.execute(
             "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'START' AND scope = %s AND key = %s",
@@ -207,17 +211,17 @@ def signal(
 ) -> Recorded:
     _check_key(idempotency_key, "idempotency key")
     if not name or len(name) > 255:
-        raise InvalidPayload("signal name must be 1 to 255 characters",
-                             violations=[Violation(pointer="/name", type="size", message="1 to 255 characters")])
+        raise InvalidPayload(
+            "signal name must be 1 to 255 characters",
+            violations=[Violation(pointer="/name", type="size", message="1 to 255 characters")],
+        )
     fp = commands.fingerprint({"name": name, "payload": payload})
     dedup_scope = f"{run_id}\x1f{branch or ''}"
     if idempotency_key:
         found = _dedup_find("SIGNAL", dedup_scope, idempotency_key)
         if found is not None:
             return _replay(found, fp, "SIGNAL")
-    run = db.fetchdict(
-        "SELECT id, scope, definition_id, version, status FROM workflow_runs WHERE id = %s", [run_id]
-    )
+    run = db.fetchdict("SELECT id, scope, definition_id, version, status FROM workflow_runs WHERE id = %s", [run_id])
     if run is None:
         raise InstanceNotFound("run not found")
     if run["status"] in ENDED:
@@ -246,12 +250,22 @@ def signal(
         target["branch"] = branch
     if idempotency_key and not _dedup_claim("SIGNAL", dedup_scope, idempotency_key, fp, run_id, None):
         raise IdempotencyConflict("the idempotency key is being used concurrently")
-    cmd = commands.insert(locked, kind="SIGNAL", actor=actor, payload=payload, target=target,
-                          dedup_key=idempotency_key or "", fp=fp, context=context)
-    _save_counters(locked)
+    cmd = commands.insert(
+        locked,
+        kind="SIGNAL",
+        actor=actor,
+        payload=payload,
+        target=target,
+        dedup_key=idempotency_key or "",
+        fp=fp,
+        context=context,
+        persist_counters=True,
+    )
     if idempotency_key:
-        db.execute("UPDATE workflow_dedup SET command_id = %s WHERE kind = 'SIGNAL' AND scope = %s AND key = %s",
-                   [cmd["id"], dedup_scope, idempotency_key])
+        db.execute(
+            "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'SIGNAL' AND scope = %s AND key = %s",
+            [cmd["id"], dedup_scope, idempotency_key],
+        )
     _absent(actor, "SIGNAL")
     wakeups.wake(run_id)
     return Recorded(str(run_id), cmd["id"], "SIGNAL", "PENDING", cmd["seq"])
@@ -333,19 +347,32 @@ def complete_task(
         )
     if idempotency_key and not _dedup_claim("COMPLETION", str(task_id), idempotency_key, fp, run["id"], None):
         raise IdempotencyConflict("the idempotency key is being used concurrently")
-    target = {"decision": decision, "payload": payload, "subject_version": subject_version,
-              "completed_by": actor.id or actor.reason}
-    cmd = commands.insert(run, kind="COMPLETION", actor=actor, target=target, task_id=task_id,
-                          dedup_key=idempotency_key or "", fp=fp)
-    _save_counters(run)
+    target = {
+        "decision": decision,
+        "payload": payload,
+        "subject_version": subject_version,
+        "completed_by": actor.id or actor.reason,
+    }
+    cmd = commands.insert(
+        run,
+        kind="COMPLETION",
+        actor=actor,
+        target=target,
+        task_id=task_id,
+        dedup_key=idempotency_key or "",
+        fp=fp,
+        persist_counters=True,
+    )
     db.execute(
         "UPDATE workflow_tasks SET status = 'COMPLETING', reservation_owner = %s, updated_at = now() "
         "WHERE id = %s AND status = 'OPEN'",
         [cmd["id"], task_id],
     )
     if idempotency_key:
-        db.execute("UPDATE workflow_dedup SET command_id = %s WHERE kind = 'COMPLETION' AND scope = %s AND key = %s",
-                   [cmd["id"], str(task_id), idempotency_key])
+        db.execute(
+            "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'COMPLETION' AND scope = %s AND key = %s",
+            [cmd["id"], str(task_id), idempotency_key],
+        )
     _absent(actor, "COMPLETION")
     wakeups.wake(run["id"])
     return Recorded(str(run["id"]), cmd["id"], "COMPLETION", "PENDING", cmd["seq"])
@@ -355,8 +382,10 @@ def reassign_task(*, task_id: Any, mode: str, value: str, actor: Actor = NONE) -
     """Inline, in the caller's transaction: a COMPLETING task refuses (TASK_NOT_WAITING)."""
     mode = "group" if mode == "role" else mode
     if mode not in ("user", "group") or not value or len(value) > 255:
-        raise InvalidPayload("assignment must be user or group with a name",
-                             violations=[Violation(pointer="/mode", type="enum", message="user or group")])
+        raise InvalidPayload(
+            "assignment must be user or group with a name",
+            violations=[Violation(pointer="/mode", type="enum", message="user or group")],
+        )
     task = db.fetchdict("SELECT id, run_id FROM workflow_tasks WHERE id = %s", [task_id])
     if task is None:
         raise TaskNotFound("task not found")
@@ -370,8 +399,13 @@ def reassign_task(*, task_id: Any, mode: str, value: str, actor: Actor = NONE) -
         [mode, value, task_id],
     )
     drive = Drive.for_run(run, None, actor)
-    drive.history.add("TASK_REASSIGNED", step=locked["step"], branch_id=locked["branch_id"], actor=actor,
-                      payload={"task": str(task_id), "assignment": {"mode": mode, "value": value}})
+    drive.history.add(
+        "TASK_REASSIGNED",
+        step=locked["step"],
+        branch_id=locked["branch_id"],
+        actor=actor,
+        payload={"task": str(task_id), "assignment": {"mode": mode, "value": value}},
+    )
     from workflows.engine import outbox
 
     outbox.notify_task(drive, task_id=locked["id"], reason=f"reassigned-{drive.history.next_seq}")
@@ -402,8 +436,7 @@ def retry(*, run_id: Any, actor: Actor = NONE) -> Recorded:
     )
     if pending is not None:
         return Recorded(str(run_id), pending["id"], "RETRY", pending["status"], pending["seq"], replay=True)
-    cmd = commands.insert(run, kind="RETRY", actor=actor)
-    _save_counters(run)
+    cmd = commands.insert(run, kind="RETRY", actor=actor, persist_counters=True)
     _absent(actor, "RETRY")
     wakeups.wake(run_id)
     return Recorded(str(run_id), cmd["id"], "RETRY", "PENDING", cmd["seq"])
@@ -418,6 +451,8 @@ def migrate(
     action: str = "move",
     actor: Actor = NONE,
     migration_id: int | None = None,
+    expected_step: str | None = None,
+    expected_version: int | None = None,
 ) -> Recorded:
     run = locks.lock_run(run_id)
     if run["status"] in ENDED:
@@ -425,10 +460,21 @@ def migrate(
     if target_scope is not None and target_scope not in (run["scope"], run["start_scope"], "default"):
         raise MigrationIllegalState("target scope not admitted")
     if action not in ("move", "cancel", "end"):
-        raise InvalidPayload("action must be move, cancel or end",
-                             violations=[Violation(pointer="/action", type="enum", message="move, cancel or end")])
-    target = {"version": int(target_version), "scope": target_scope or run["scope"], "step": target_step,
-              "action": action, "migration": migration_id}
+        raise InvalidPayload(
+            "action must be move, cancel or end",
+            violations=[Violation(pointer="/action", type="enum", message="move, cancel or end")],
+        )
+    target = {
+        "version": int(target_version),
+        "scope": target_scope or run["scope"],
+        "step": target_step,
+        "action": action,
+        "migration": migration_id,
+    }
+    if expected_step is not None:
+        # a position move: the handler leaves a run that moved on since it was selected alone
+        target["expected_step"] = expected_step
+        target["expected_version"] = int(expected_version) if expected_version is not None else None
     pending = db.fetchdict(
         "SELECT id, status, seq, target FROM workflow_commands WHERE run_id = %s AND kind = 'MIGRATION' "
         "AND status IN ('PENDING','DEFERRED','CLAIMED') ORDER BY seq LIMIT 1",
@@ -438,8 +484,7 @@ def migrate(
         if (pending["target"] or {}) == target:
             return Recorded(str(run_id), pending["id"], "MIGRATION", pending["status"], pending["seq"], replay=True)
         raise MigrationIllegalState("another migration of this run is pending")
-    cmd = commands.insert(run, kind="MIGRATION", actor=actor, target=target)
-    _save_counters(run)
+    cmd = commands.insert(run, kind="MIGRATION", actor=actor, target=target, persist_counters=True)
     _absent(actor, "MIGRATION")
     wakeups.wake(run_id)
     return Recorded(str(run_id), cmd["id"], "MIGRATION", "PENDING", cmd["seq"])
@@ -455,9 +500,13 @@ def record_resume(*, parent_id: Any, child_id: str, status: str, result: Any, st
         run = locks.lock_run(parent_id)
         if run["status"] in ENDED:
             return
-        cmd = commands.insert(run, kind="RESUME", actor=Actor(kind="SYSTEM", reason="called run ended",
-                                                              status="VERIFIED"),
-                              target={"child": child_id, "status": status, "step": step}, payload=result)
-        _save_counters(run)
+        cmd = commands.insert(
+            run,
+            kind="RESUME",
+            actor=Actor(kind="SYSTEM", reason="called run ended", status="VERIFIED"),
+            target={"child": child_id, "status": status, "step": step},
+            payload=result,
+            persist_counters=True,
+        )
         wakeups.wake(parent_id)
         del cmd

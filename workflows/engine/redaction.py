@@ -104,7 +104,7 @@ def pointers_of(definition_id: str, version: int | None) -> tuple[Pointer, ...]:
         if isinstance(answer, str | bytes) or not isinstance(answer, Iterable):
             raise ValueError("a redactor must answer a list of pointers")
         return tuple(dict.fromkeys(parse_pointer(p) for p in answer))
-    except Exception:
+    except Exception:  # noqa: BLE001  (any failure of application code is a transient failure here)
         raise RedactionFailed(f"the history redactor of {definition_id} failed for version {version}") from None
 
 
@@ -183,7 +183,7 @@ def secrets_in(documents: Iterable[Any], pointers: Iterable[Pointer]) -> set[str
             if not present:
                 continue
             for leaf in _leaves(value):
-                if leaf is None or isinstance(leaf, dict | list) and not leaf:
+                if leaf is None or (isinstance(leaf, dict | list) and not leaf):
                     continue
                 text = _render(leaf)
                 if text and text != REDACTED:

@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from workflows.definitions import plan as p
 from workflows.definitions.plan import Plan
-from workflows.engine import commands, db, driver, locks, outcomes, outbox, teardown, waits
+from workflows.engine import commands, db, driver, locks, outbox, outcomes, teardown, waits
 from workflows.engine.actors import Actor
 from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
 from workflows.engine.evaluate import apply_set, evaluate
@@ -68,16 +68,12 @@ def run(
 ) -> Settle:
     """Apply a claimed command in one transaction. Raises Busy/Fenced/DeadlineExceeded or the failure."""
     with transaction.atomic():
-        run_row = locks.try_lock_run(run_id)  # first statement: a busy lock aborts an empty transaction
+        # one statement: the execution lock (first, so a busy lock aborts an empty
+        # transaction), the fence on our claim, and the segment's statement deadline
+        remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        run_row, cmd = locks.try_lock_run_with_command(run_id, command_id, token, remaining_ms)
         if run_row is None:
             raise Busy()
-        remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
-        with connection.cursor() as cur:
-            cur.execute("SELECT set_config('statement_timeout', %s, true)", [f"{remaining_ms}ms"])
-        cmd = db.fetchdict(
-            f"SELECT {COMMAND_COLUMNS} FROM workflow_commands WHERE id = %s AND status = 'CLAIMED' AND token = %s",  # noqa: S608
-            [command_id, token],
-        )
         if cmd is None:
             raise Fenced()
         actor = actor_of(cmd)
@@ -95,27 +91,26 @@ def run(
         if cmd.get("reconcile_action") == "resolve":
             drive.resolved_effect = (cmd["target"] or {}).get("resolved_step", "") if cmd["kind"] != "SIGNAL" else ""
         settle = apply(drive, cmd)
-        drive.save()
-        finish(drive, cmd, settle)
+        # the settlement, the history and the run row in one round trip; a settlement that
+        # updates no row (the claim no longer stands) rolls everything back
+        if drive.save(first=settlement(drive, cmd, settle)) != 1:
+            raise Fenced()
         return settle
 
 
-def finish(drive: Drive, cmd: dict[str, Any], settle: Settle) -> None:
-    """Write the executing command's settlement, fenced on its token."""
+def settlement(drive: Drive, cmd: dict[str, Any], settle: Settle) -> tuple[str, list[Any]]:
+    """The executing command's settlement, fenced on its token."""
     if settle.status == "PARKED":
-        updated = db.execute(
+        return (
             "UPDATE workflow_commands SET status = 'PARKED', was_parked = true, attempts = greatest(attempts - 1, 0), "
             "token = NULL, lease_until = NULL, claimed_by = '' WHERE id = %s AND status = 'CLAIMED' AND token = %s",
             [cmd["id"], drive.token],
         )
-    else:
-        updated = db.execute(
-            "UPDATE workflow_commands SET status = %s, last_error = %s, token = NULL, lease_until = NULL, "
-            "settled_at = now() WHERE id = %s AND status = 'CLAIMED' AND token = %s",
-            [settle.status, settle.reason, cmd["id"], drive.token],
-        )
-    if updated != 1:
-        raise Fenced()
+    return (
+        "UPDATE workflow_commands SET status = %s, last_error = %s, token = NULL, lease_until = NULL, "
+        "settled_at = now() WHERE id = %s AND status = 'CLAIMED' AND token = %s",
+        [settle.status, settle.reason, cmd["id"], drive.token],
+    )
 
 
 def apply(drive: Drive, cmd: dict[str, Any]) -> Settle:
@@ -132,8 +127,12 @@ def apply(drive: Drive, cmd: dict[str, Any]) -> Settle:
 def settle_by_outcome(drive: Drive, cmd: dict[str, Any], decision: str) -> Settle:
     reason = outcomes.reason(cmd["kind"], drive.run["status"])
     if decision == outcomes.PARK:
-        drive.history.add("SIGNAL_PARKED", command_id=cmd["id"], actor=drive.actor,
-                          payload={"signal": named((cmd["target"] or {}).get("name", ""))})
+        drive.history.add(
+            "SIGNAL_PARKED",
+            command_id=cmd["id"],
+            actor=drive.actor,
+            payload={"signal": named((cmd["target"] or {}).get("name", ""))},
+        )
         return Settle("PARKED")
     if cmd["kind"] == "SIGNAL":
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
@@ -147,10 +146,14 @@ def settle_by_outcome(drive: Drive, cmd: dict[str, Any], decision: str) -> Settl
                 [cmd["task_id"]],
             )
     if cmd["kind"] == "TIMER" and cmd.get("timer_id"):
-        db.execute("UPDATE workflow_timers SET status = 'STALE' WHERE id = %s AND status = 'SCHEDULED'",
-                   [cmd["timer_id"]])
-    entry = {outcomes.REJECT: "COMMAND_REJECTED", outcomes.STALE: "COMMAND_STALE",
-             outcomes.CANCEL: "COMMAND_CANCELLED"}[decision]
+        db.execute(
+            "UPDATE workflow_timers SET status = 'STALE' WHERE id = %s AND status = 'SCHEDULED'", [cmd["timer_id"]]
+        )
+    entry = {
+        outcomes.REJECT: "COMMAND_REJECTED",
+        outcomes.STALE: "COMMAND_STALE",
+        outcomes.CANCEL: "COMMAND_CANCELLED",
+    }[decision]
     drive.history.add(entry, command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":", 1)[0])
     status = {outcomes.REJECT: "REJECTED", outcomes.STALE: "STALE", outcomes.CANCEL: "CANCELLED"}[decision]
     return Settle(status, reason)
@@ -165,9 +168,12 @@ def _reopen(cmd: dict[str, Any]) -> None:
 
 
 def _received(drive: Drive, cmd: dict[str, Any], payload: Any = None) -> None:
-    drive.history.add("COMMAND_RECEIVED", command_id=cmd["id"], actor=drive.actor,
-                      payload={"kind": cmd["kind"], "seq": cmd["seq"], **({"payload": payload} if payload is not None
-                                                                          else {})})
+    drive.history.add(
+        "COMMAND_RECEIVED",
+        command_id=cmd["id"],
+        actor=drive.actor,
+        payload={"kind": cmd["kind"], "seq": cmd["seq"], **({"payload": payload} if payload is not None else {})},
+    )
 
 
 def _completed(drive: Drive, cmd: dict[str, Any]) -> Settle:
@@ -244,8 +250,12 @@ def _apply_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
         return Settle("PARKED")
     try:
         with drive.savepoint():
-            drive.history.add("SIGNAL_RECEIVED", command_id=cmd["id"], actor=drive.actor,
-                              payload={"signal": named(name), "payload": cmd["payload"]})
+            drive.history.add(
+                "SIGNAL_RECEIVED",
+                command_id=cmd["id"],
+                actor=drive.actor,
+                payload={"signal": named(name), "payload": cmd["payload"]},
+            )
             outcome = driver.apply_signal(drive, name=name, payload=cmd["payload"])
     except (DeterministicFailure, StepLimitExceeded) as exc:
         reason = _failure_reason(exc)
@@ -273,8 +283,12 @@ def apply_parked(drive: Drive, row: dict[str, Any]) -> bool:
     try:
         try:
             with drive.savepoint():
-                drive.history.add("SIGNAL_APPLIED", command_id=row["id"], actor=drive.actor,
-                                  payload={"signal": named(name), "payload": row["payload"]})
+                drive.history.add(
+                    "SIGNAL_APPLIED",
+                    command_id=row["id"],
+                    actor=drive.actor,
+                    payload={"signal": named(name), "payload": row["payload"]},
+                )
                 driver.apply_signal(drive, name=name, payload=row["payload"])
         except StepLimitExceeded:
             # past the budget inside its savepoint: back to PENDING at its position
@@ -290,8 +304,9 @@ def apply_parked(drive: Drive, row: dict[str, Any]) -> bool:
                 "WHERE id = %s AND status = 'PARKED'",
                 [exc.reason[:4000], row["id"]],
             )
-            drive.history.add("COMMAND_REJECTED", command_id=row["id"], actor=drive.actor,
-                              outcome=exc.reason.split(":")[0])
+            drive.history.add(
+                "COMMAND_REJECTED", command_id=row["id"], actor=drive.actor, outcome=exc.reason.split(":")[0]
+            )
             drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
             return False
         db.execute(
@@ -363,11 +378,17 @@ def apply_decision(drive: Drive, task: dict[str, Any], target: dict[str, Any]) -
         "updated_at = now() WHERE id = %s",
         [name, (target.get("completed_by") or drive.actor.id or "")[:255], task["id"]],
     )
-    drive.history.add("TASK_COMPLETED", step=step.id, command_id=drive.command_id, actor=drive.actor,
-                      payload={"task": str(task["id"]), "decision": named(name)})
+    drive.history.add(
+        "TASK_COMPLETED",
+        step=step.id,
+        command_id=drive.command_id,
+        actor=drive.actor,
+        payload={"task": str(task["id"]), "decision": named(name)},
+    )
     state = drive.run["state"]
-    new_state = apply_set(chosen.set, state, {"state": state, "payload": payload or {}, "decision": name},
-                          step=step.id, field="set")
+    new_state = apply_set(
+        chosen.set, state, {"state": state, "payload": payload or {}, "decision": name}, step=step.id, field="set"
+    )
     drive.count_step()
     drive.decide(step=step.id, outcome="task-decided", new_state=new_state, change=chosen.set is not None)
     return driver.run_from(drive, chosen.next)
@@ -438,16 +459,22 @@ def fire_timer(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any]) -> Sett
         outcome = driver.run_from(drive, step.timeout.next)
     elif kind == "DUE":
         task = db.fetchdict("SELECT id, status FROM workflow_tasks WHERE id = %s FOR UPDATE", [timer["task_id"]])
-        if (task is None or task["status"] != "OPEN" or wait.get("task") != str(task["id"])
-                or not isinstance(step, p.HumanTaskStep) or step.due is None):
+        if (
+            task is None
+            or task["status"] != "OPEN"
+            or wait.get("task") != str(task["id"])
+            or not isinstance(step, p.HumanTaskStep)
+            or step.due is None
+        ):
             return stale("TASK_NOT_OPEN: the task is no longer open")
         _fired(drive, cmd, timer)
         db.execute(
             "UPDATE workflow_tasks SET status = 'EXPIRED', closed_at = now(), updated_at = now() WHERE id = %s",
             [task["id"]],
         )
-        drive.history.add("TASK_EXPIRED", step=step.id, command_id=cmd["id"], actor=drive.actor,
-                          payload={"task": str(task["id"])})
+        drive.history.add(
+            "TASK_EXPIRED", step=step.id, command_id=cmd["id"], actor=drive.actor, payload={"task": str(task["id"])}
+        )
         waits.leave(drive, "timer", keep_timer=timer["id"])
         state = drive.run["state"]
         new_state = apply_set(step.due.set, state, {"state": state}, step=step.id, field="due.set")
@@ -476,8 +503,13 @@ def _remind(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any], stale: Cal
         [task["id"]],
     )
     count = int(row[0]) if row else 0
-    drive.history.add("TASK_REMINDER_FIRED", step=task["step"], command_id=cmd["id"], actor=drive.actor,
-                      payload={"task": str(task["id"]), "count": count})
+    drive.history.add(
+        "TASK_REMINDER_FIRED",
+        step=task["step"],
+        command_id=cmd["id"],
+        actor=drive.actor,
+        payload={"task": str(task["id"]), "count": count},
+    )
     outbox.notify_task(drive, task_id=task["id"], reason="reminder", seq=count)
     if timer["interval_seconds"]:
         # anchored at the previous scheduled fire, not at when this segment ran
@@ -509,9 +541,10 @@ def _apply_retry(drive: Drive, cmd: dict[str, Any]) -> Settle:
     plan = drive.plan
     assert plan is not None
     run = drive.run
-    has_dead = db.fetchone(
-        "SELECT 1 FROM workflow_commands WHERE run_id = %s AND status = 'DEAD' LIMIT 1", [run["id"]]
-    ) is not None
+    has_dead = (
+        db.fetchone("SELECT 1 FROM workflow_commands WHERE run_id = %s AND status = 'DEAD' LIMIT 1", [run["id"]])
+        is not None
+    )
     if run["status"] != "FAILED" and not has_dead:
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="NOTHING_TO_RECOVER")
         return Settle("STALE", "NOTHING_TO_RECOVER: the run is neither failed nor holds a dead-lettered command")
@@ -560,8 +593,9 @@ def _apply_retry(drive: Drive, cmd: dict[str, Any]) -> Settle:
     )
     drive.run["open_signals"] = int(drive.run["open_signals"]) + sum(1 for (k,) in offered if k == "SIGNAL")
     if offered:
-        drive.history.add("DEAD_LETTERS_REOFFERED", command_id=cmd["id"], actor=drive.actor,
-                          payload={"count": len(offered)})
+        drive.history.add(
+            "DEAD_LETTERS_REOFFERED", command_id=cmd["id"], actor=drive.actor, payload={"count": len(offered)}
+        )
     from workflows.engine import wakeups
 
     wakeups.wake(run["id"])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 def install() -> None:
-    from workflows.engine import calls, forks
+    from workflows.engine import calls, forks, migration
 
     forks.install()
     calls.install()
+    migration.install()

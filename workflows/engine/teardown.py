@@ -38,19 +38,44 @@ def _withdraw_tasks(drive: Drive, *, status: str) -> None:
         )
 
 
-def _close_everything(drive: Drive, *, how: str, task_status: str) -> None:
+OPEN_THINGS = (
+    "SELECT EXISTS (SELECT 1 FROM workflow_parks WHERE run_id = %(r)s AND left_at IS NULL) AS parks, "
+    "EXISTS (SELECT 1 FROM workflow_timers WHERE run_id = %(r)s AND status = 'SCHEDULED') AS timers, "
+    "EXISTS (SELECT 1 FROM workflow_tasks WHERE run_id = %(r)s AND status IN ('OPEN','COMPLETING')) AS tasks, "
+    "EXISTS (SELECT 1 FROM workflow_branches WHERE run_id = %(r)s AND status IN ('RUNNING','WAITING')) AS branches, "
+    "EXISTS (SELECT 1 FROM workflow_commands WHERE run_id = %(r)s AND status IN ('PARKED','DEAD')) AS settle, "
+    "EXISTS (SELECT 1 FROM workflow_runs WHERE parent_run_id = %(r)s AND status IN ('PENDING','RUNNING','WAITING',"
+    "'COMPENSATING','FAILED')) AS children"
+)
+
+
+def open_things(run_id: Any) -> dict[str, bool]:
+    """What an ending run still holds, in one read, so the teardown writes only what it must."""
+    with __import__("django.db", fromlist=["connection"]).connection.cursor() as cur:
+        cur.execute(OPEN_THINGS, {"r": run_id})
+        cols = [c[0] for c in cur.description]
+        return dict(zip(cols, cur.fetchone(), strict=True))
+
+
+def _close_everything(drive: Drive, *, how: str, task_status: str, found: dict[str, bool] | None = None) -> None:
     run_id = drive.run["id"]
-    db.execute(
-        "UPDATE workflow_parks SET left_at = now(), left_how = %s WHERE run_id = %s AND left_at IS NULL", [how, run_id]
-    )
-    for t in commands.cancel_timers(run_id):
-        drive.history.add("TIMER_CANCELLED", step=t["step"], command_id=t["command_id"], actor=drive.actor)
-    _withdraw_tasks(drive, status=task_status)
-    db.execute(
-        "UPDATE workflow_branches SET status = 'CANCELLED', updated_at = now() "
-        "WHERE run_id = %s AND status IN ('RUNNING','WAITING')",
-        [run_id],
-    )
+    found = found if found is not None else open_things(run_id)
+    if found["parks"]:
+        db.execute(
+            "UPDATE workflow_parks SET left_at = now(), left_how = %s WHERE run_id = %s AND left_at IS NULL",
+            [how, run_id],
+        )
+    if found["timers"]:
+        for t in commands.cancel_timers(run_id):
+            drive.history.add("TIMER_CANCELLED", step=t["step"], command_id=t["command_id"], actor=drive.actor)
+    if found["tasks"]:
+        _withdraw_tasks(drive, status=task_status)
+    if found["branches"]:
+        db.execute(
+            "UPDATE workflow_branches SET status = 'CANCELLED', updated_at = now() "
+            "WHERE run_id = %s AND status IN ('RUNNING','WAITING')",
+            [run_id],
+        )
     drive.run["wait"] = None
 
 
@@ -91,9 +116,12 @@ def end_run(drive: Drive, status: str, *, how: str = "ended", code: str = "", me
     run["status"] = status
     if status in ENDED:
         run["ended_at"] = timezone.now()
-        _close_everything(drive, how=how, task_status="WITHDRAWN")
-        settle_parked_and_dead(drive, status="REJECTED", reason="INSTANCE_ENDED: the run has ended")
-        _teardown_children(drive, reason="caller ended")
+        found = open_things(run["id"])
+        _close_everything(drive, how=how, task_status="WITHDRAWN", found=found)
+        if found["settle"]:
+            settle_parked_and_dead(drive, status="REJECTED", reason="INSTANCE_ENDED: the run has ended")
+        if found["children"]:
+            _teardown_children(drive, reason="caller ended")
     if code:
         run["failure_code"] = code[:64]
         run["failure_message"] = message[:4000]
@@ -128,7 +156,9 @@ def cancel_locked(run: dict[str, Any], *, actor: Actor, reason: str, executor_id
     run["status"] = "CANCELLED"
     run["ended_at"] = timezone.now()
     run["cancel_reason"] = sanitise(reason.replace("\n", " "))[:255]
-    drive.history.add("CANCELLED", actor=actor, payload={"reason": run["cancel_reason"]} if run["cancel_reason"] else None)
+    drive.history.add(
+        "CANCELLED", actor=actor, payload={"reason": run["cancel_reason"]} if run["cancel_reason"] else None
+    )
     drive.history.add("WORKFLOW_CANCELLED", actor=actor)
     drive.save()
     _teardown_children(drive, reason="caller cancelled")

@@ -79,5 +79,10 @@ def close_branch_wait(drive: Drive, wait: dict[str, Any] | None, how: str) -> No
     timer_ids = list(wait.get("timers", []))
     if timer_ids:
         for t in commands.cancel_timers(drive.run["id"], timer_ids=timer_ids):
-            drive.history.add("TIMER_CANCELLED", step=t["step"], branch_id=t["branch_id"], command_id=t["command_id"],
-                              actor=drive.actor)
+            drive.history.add(
+                "TIMER_CANCELLED",
+                step=t["step"],
+                branch_id=t["branch_id"],
+                command_id=t["command_id"],
+                actor=drive.actor,
+            )

@@ -43,8 +43,13 @@ def email(drive: Drive, step: EmailStep) -> Outcome:
     body = render(step.body, variables)
     if _marker(drive, step.id):
         send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, recipients, fail_silently=False)
-    drive.history.add("EMAIL_SENT", step=step.id, command_id=drive.command_id, actor=drive.actor,
-                      payload={"recipients": len(recipients)})
+    drive.history.add(
+        "EMAIL_SENT",
+        step=step.id,
+        command_id=drive.command_id,
+        actor=drive.actor,
+        payload={"recipients": len(recipients)},
+    )
     drive.decide(step=step.id, outcome="email")
     return Next(step.next or "")
 

@@ -10,7 +10,9 @@ from workflows.engine.nodes.timer import delay_of
 
 
 def execute(drive: Drive, step: WaitSignalStep) -> Outcome:
-    wait = waits.enter(drive, step=step.id, kind="signal", park_kind="SIGNAL", outcome="wait-signal", signals=[step.signal])
+    wait = waits.enter(
+        drive, step=step.id, kind="signal", park_kind="SIGNAL", outcome="wait-signal", signals=[step.signal]
+    )
     if step.timeout is not None:
         seconds, at = delay_of(drive, step.timeout.delay, step.id)
         timer = waits.add_timer(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import operator
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -295,11 +296,51 @@ class CelComputation:
         return from_cel(result)
 
 
+def _numeric(value: Any) -> int | float | None:
+    """The plain number behind a CEL int, uint or double (never a bool)."""
+    if isinstance(value, celtypes.BoolType):
+        return None
+    if isinstance(value, celtypes.IntType | celtypes.UintType):
+        return int(value)
+    if isinstance(value, celtypes.DoubleType):
+        return float(value)
+    return None
+
+
+def _heterogeneous(name: str, operation: Any) -> Any:
+    """CEL's cross-type numeric comparison (``5000 > 1000.0``, ``1 == 1.0``), which the CEL
+    specification allows and cel-python does not implement: JSON has one number type, so a
+    document author cannot know whether a payload field arrives as an int or a double.
+    Python compares an int and a float exactly, so no precision is lost."""
+    fallback = celpy.evaluation.base_functions[name]
+
+    def compare(left: Any, right: Any) -> Any:
+        a, b = _numeric(left), _numeric(right)
+        if a is not None and b is not None and type(a) is not type(b):
+            return celtypes.BoolType(operation(a, b))
+        return fallback(left, right)
+
+    return compare
+
+
+NUMERIC_COMPARISONS: dict[str, Any] = {
+    name: _heterogeneous(name, operation)
+    for name, operation in (
+        ("_<_", operator.lt),
+        ("_<=_", operator.le),
+        ("_>_", operator.gt),
+        ("_>=_", operator.ge),
+        ("_==_", operator.eq),
+        ("_!=_", operator.ne),
+    )
+}
+
+
 def compile_expression(source: Any, variables: Iterable[str], *, merge: bool = False) -> CelComputation:
     """Compile once; raises :class:`ExpressionCompileError` with a value-free problem."""
     names = tuple(sorted(set(variables)))
     ast = compile_ast(source, names)
-    runner = celpy.InterpretedRunner(_ENVIRONMENT, ast)
+    runner = celpy.InterpretedRunner(_ENVIRONMENT, ast, NUMERIC_COMPARISONS)
     return CelComputation(source=source, variables=names, ast=ast, runner=runner, merge=merge)
 
 

@@ -124,6 +124,8 @@ def test_the_inbox_refreshes_as_an_htmx_fragment(demo_users: dict[str, Any]) -> 
 def test_the_root_redirects_to_the_inbox_and_the_inbox_needs_a_sign_in(db: None) -> None:
     assert Client().get("/").headers["Location"] == "/tasks/"
     assert Client().get("/tasks/").headers["Location"].startswith("/accounts/login/?next=/tasks/")
+    polled = Client().get("/tasks/", headers={"HX-Request": "true"})
+    assert polled.headers["HX-Redirect"] == "/accounts/login/?next=/tasks/"
 
 
 def test_someone_outside_the_group_gets_404_for_the_page_and_the_form(demo_users: dict[str, Any]) -> None:
@@ -164,7 +166,7 @@ def test_a_valid_decision_is_recorded_and_confirmed(demo_users: dict[str, Any]) 
     command = Command.objects.get(kind="COMPLETION")
     assert command.target["decision"] == "approve" and command.target["payload"] == {"comment": "fine"}
     assert command.actor_kind == "USER" and command.actor_id == "alice"
-    assert "Your decision “approve” was recorded." in answer.content.decode()
+    assert "Your decision “Approve” was recorded." in answer.content.decode()
     drain(task.run_id)
     assert Run.objects.get(pk=task.run_id).status == "COMPLETED"
     html = alice.get(f"/tasks/{task.id}/").content.decode()

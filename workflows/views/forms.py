@@ -177,6 +177,10 @@ class PayloadForm:
         return best
 
     @property
+    def has_required(self) -> bool:
+        return any(f.required for f in self.all_fields())
+
+    @property
     def has_errors(self) -> bool:
         return bool(self.errors) or any(f.errors for f in self.all_fields())
 

@@ -27,6 +27,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
+from django_htmx.http import HttpResponseClientRedirect
 
 from workflows import operations, queries
 from workflows.exceptions import (
@@ -60,9 +61,15 @@ CLOSED_NOTICES = {
 # --- inbox --------------------------------------------------------------------------------
 
 
-@login_required
 @require_GET
 def inbox(request: HttpRequest) -> HttpResponse:
+    if not request.user.is_authenticated:
+        login = f"{reverse('login')}?next={reverse('workflows:inbox')}"
+        if getattr(request, "htmx", False):
+            # a polling fragment whose session ended: send the whole page to the sign-in
+            # form instead of swapping the form into the inbox
+            return HttpResponseClientRedirect(login)
+        return HttpResponseRedirect(login)
     now = queries.database_now()
     tasks = list(queries.tasks_for(request.user).order_by("due_at", "created_at")[:500])
     rows = [{"task": t, "overdue": _overdue(t, now)} for t in tasks]
@@ -168,7 +175,7 @@ def _decide(request: HttpRequest, task: Task) -> HttpResponse:
             notice="The run is busy right now; nothing was recorded. Try again in a moment.",
         )
 
-    label = (chosen or {}).get("label") or decision
+    label = _label(chosen) if chosen else decision
     # give the executor a moment so the page can show where the run went
     if CONFIRM_WAIT_SECONDS > 0:
         operations.await_idle(CONFIRM_WAIT_SECONDS, run_id=recorded.run_id)
@@ -200,7 +207,7 @@ def _render_task(
             decision_forms.append(
                 {
                     "name": d["name"],
-                    "label": d.get("label") or d["name"],
+                    "label": _label(d),
                     "form": form,
                     "failed": form is failed,
                     "ticket": ticket,
@@ -224,10 +231,17 @@ def _render_task(
     return render(request, "workflows/tasks/task.html", context, status=status)
 
 
+def _label(decision: Mapping[str, Any]) -> str:
+    """The decision's label; a bare name (the snapshot's stand-in for no label) is humanised."""
+    name = str(decision.get("name") or "")
+    label = str(decision.get("label") or name)
+    return forms.humanise(name) if label == name else label
+
+
 def _label_of(task: Task, name: str) -> str:
     for d in task.decisions or []:
         if d.get("name") == name:
-            return str(d.get("label") or name)
+            return _label(d)
     return name
 
 
@@ -283,7 +297,7 @@ def _readable(value: Any) -> Any:
             if depth >= MAX_STATE_DEPTH:
                 return {"kind": "more"}
             items = []
-            for k, sub in v.items():
+            for k, sub in sorted(v.items(), key=lambda kv: str(kv[0])):
                 if budget[0] <= 0:
                     items.append({"key": "…", "value": {"kind": "more"}})
                     break

@@ -144,3 +144,70 @@ def migrate(
 def await_idle(timeout: float = 30.0, run_id: Any = None) -> IdleReport:
     """The execution probe: wait until nothing is runnable (for one run or all)."""
     return probe.await_idle(timeout, run_id)
+
+
+# --- migration of parked runs (the Migrate dialog and the bulk API) --------------------------
+
+
+def register_migration_handler(*, definition_id: str, from_version: int, to_version: int, fn: Any) -> None:
+    """Register ``fn(state) -> state`` mapping a run's state between two revisions whose state
+    schemas differ. Without one, a move whose state the target's schema refuses is rejected."""
+    from workflows.engine import migration
+
+    migration.register_migration_handler(definition_id, from_version, to_version, fn)
+
+
+def migration_preview(
+    *,
+    scope: str,
+    definition_id: str,
+    source_version: int,
+    target_version: int,
+    rows: list[Any],
+    actor: Any = None,
+    reason: str = "",
+) -> int | None:
+    """Freeze the runs selected per position as a PREVIEWED migration record; answers its id,
+    or None when nothing is selected (an untouched dialog changes nothing).
+
+    ``rows``: ``migration.RowRequest`` values or dicts ``{node, kind, action, target_node,
+    runs}`` (``runs`` is ``"all"`` or a list of run ids parked there). Runs that are not
+    parked at that position of the source revision are left out. Writes only the record.
+    Refuses: INVALID_PAYLOAD (unknown revision, action or target node; value-free).
+    """
+    from workflows.engine import migration
+
+    requests = [r if isinstance(r, migration.RowRequest) else migration.RowRequest(**r) for r in rows]
+    return _tx("migration_preview", migration.freeze, scope=scope, definition_id=definition_id,
+               source_version=int(source_version), target_version=int(target_version), rows=requests,
+               actor=actors.coerce(actor), reason=reason)
+
+
+def migration_apply(*, record_id: int, actor: Any = None, confirm: int | None = None) -> Any:
+    """Apply the next bounded batch (``MIGRATE.APPLY_BATCH``) of a previewed migration: one
+    MIGRATION command per run, each re-checked under the run's execution lock (a run that moved
+    on is marked so, never forced). Answers the record's ``Progress``; call again to continue.
+
+    Refuses: MIGRATION_ILLEGAL_STATE (unknown or discarded record), INVALID_PAYLOAD (more than
+    100 runs applied without ``confirm`` equal to their number).
+    """
+    from workflows.engine import migration
+
+    return _tx("migration_apply", migration.apply_batch, record_id=int(record_id), actor=actors.coerce(actor),
+               confirm=confirm)
+
+
+def migration_progress(*, record_id: int) -> Any:
+    """Where a migration stands (``Progress``). Settles the outcome of runs whose command was
+    settled without the migration handler (the run ended or was cancelled meanwhile) and marks
+    the record DONE when nothing is left. Refuses MIGRATION_ILLEGAL_STATE (unknown record)."""
+    from workflows.engine import migration
+
+    return _tx("migration_progress", migration.progress, record_id=int(record_id))
+
+
+def migration_discard(*, record_id: int) -> bool:
+    """Abandon a preview that was never applied. Answers whether it was discarded."""
+    from workflows.engine import migration
+
+    return bool(_tx("migration_discard", migration.discard, record_id=int(record_id)))

@@ -12,6 +12,7 @@ from workflows.models.commands import (
 )
 from workflows.models.definitions import Activation, DefinitionStatus, DefinitionVersion
 from workflows.models.history import HistoryEntry
+from workflows.models.migrations_log import MigrationItem, MigrationItemStatus, MigrationRecord, MigrationRecordStatus
 from workflows.models.parks import Park, ParkKind
 from workflows.models.runs import ENDED_STATUSES, LIVE_STATUSES, Run, RunStatus
 from workflows.models.tasks import Task, TaskStatus
@@ -33,6 +34,10 @@ __all__ = [
     "EffectMarker",
     "HistoryEntry",
     "Join",
+    "MigrationItem",
+    "MigrationItemStatus",
+    "MigrationRecord",
+    "MigrationRecordStatus",
     "OutboxIntent",
     "Park",
     "ParkKind",

@@ -1,0 +1,859 @@
+"""Migration of runs: the MIGRATION command's handler and the position-based bulk migration.
+
+The handler (installed as ``segment.migration_handler``) runs in the segment of a MIGRATION
+command, under the run's execution lock. Its target (written by ``recording.migrate``) is
+``{version, scope, step, action, migration, expected_step, expected_version}``:
+
+- ``expected_step`` (set by the bulk apply): the position the run was selected at. A run that
+  an approver, a timer or another writer moved on since is settled STALE (``MOVED_ON``) and
+  left alone — never forced.
+- the checks, in a savepoint, each rejecting with ``MIGRATION_REJECTED`` and fixed framework
+  text (never a handler's text, a state value or a class name), the run unchanged: a failed
+  run; a run that is not at a wait; a target scope outside the run's scopes; for a move also
+  active branches (a run waiting at a join), a target of another contract, a target row that
+  is not AVAILABLE or is marked failing, a target without the node, a state the target's state
+  schema refuses with no registered handler, and a failing handler.
+- **move** leaves the wait (its park closed ``moved`` with where to, who and which migration;
+  its approval withdrawn; its timers disarmed), re-pins the run to the target revision, logs
+  WORKFLOW_MIGRATED and a STATE_BASELINE, rejects the parked signals the target never waits
+  for, and enters the target node fresh through the ordinary nodes (a new approval with the
+  target's assignee, title and deadline; timers from the target's delays);
+- **cancel** gives the run up (CANCELLED with the cancel teardown);
+- **end** finishes it as a success cut short (COMPLETED, reason ``ended-by-migration``).
+  Neither replays a node's effects.
+
+The bulk half works on ``MigrationRecord``/``MigrationItem`` rows: positions are counted from
+open parks with one GROUP BY on the partial index (never per-run rows); a preview freezes the
+selected runs as items; Apply records one MIGRATION command per item in bounded batches, and
+the handler writes each item's outcome in the segment that settles the command.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+
+from workflows import conf
+from workflows.definitions import plan as p
+from workflows.definitions.plan import Plan
+from workflows.engine import db, driver, locks, segment, teardown, waits
+from workflows.engine.actors import Actor
+from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
+from workflows.exceptions import (
+    InstanceNotFound,
+    InvalidPayload,
+    LockTimeout,
+    MigrationIllegalState,
+    Violation,
+    WorkflowError,
+)
+
+log = logging.getLogger("workflows.engine")
+
+ACTIONS = ("move", "cancel", "end")
+LARGE_BATCH = 100  # above this many runs, Apply needs the number typed back
+ENDED_REASON = "ended-by-migration"
+CANCEL_REASON = "cancelled by migration"
+
+StateHandler = Callable[[Any], Any]
+_handlers: dict[tuple[str, int, int], StateHandler] = {}
+
+
+def register_migration_handler(definition_id: str, from_version: int, to_version: int, fn: StateHandler) -> None:
+    """Map a run's state from one revision's state schema to another's.
+
+    ``fn(state) -> state`` gets a copy of the state; what it returns must be valid against the
+    target's state schema. A handler is used for every move between the two revisions; a
+    handler that raises rejects the migration (its text is never stored).
+    """
+    _handlers[(definition_id, int(from_version), int(to_version))] = fn
+
+
+def unregister_migration_handler(definition_id: str, from_version: int, to_version: int) -> None:
+    _handlers.pop((definition_id, int(from_version), int(to_version)), None)
+
+
+def handler_for(definition_id: str, from_version: int, to_version: int) -> StateHandler | None:
+    return _handlers.get((definition_id, int(from_version), int(to_version)))
+
+
+# --- the MIGRATION command ------------------------------------------------------------------
+
+
+class _Rejected(Exception):
+    """A check refused the migration; ``text`` is fixed framework text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+def actor_label(actor: Actor) -> str:
+    """Who sent a run somewhere, as the park and the record show it (never a payload value)."""
+    return (actor.id or actor.kind.lower() or "none")[:255]
+
+
+def apply_migration(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
+    """The MIGRATION command's segment (``segment.migration_handler``)."""
+    run = drive.run
+    target = cmd["target"] or {}
+    action = str(target.get("action") or "move")
+    migration_id = target.get("migration")
+    segment._received(drive, cmd)
+    expected_step = target.get("expected_step")
+    expected_version = target.get("expected_version")
+    if expected_step is not None and (
+        run["status"] != "WAITING"
+        or run["current_step"] != expected_step
+        or (expected_version is not None and int(run["version"]) != int(expected_version))
+    ):
+        drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="MOVED_ON")
+        _settle_item(migration_id, run["id"], "MOVED_ON", "MOVED_ON", cmd["id"])
+        return segment.Settle("STALE", "MOVED_ON: the run has moved on since it was selected")
+    try:
+        with drive.savepoint():
+            outcome = _apply(drive, cmd, target, action)
+    except _Rejected as rejected:
+        drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="MIGRATION_REJECTED")
+        _settle_item(migration_id, run["id"], "REJECTED", "MIGRATION_REJECTED", cmd["id"])
+        return segment.Settle("REJECTED", f"MIGRATION_REJECTED: {rejected.text}")
+    except StepLimitExceeded:
+        drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="STEP_LIMIT")
+        _settle_item(migration_id, run["id"], "REJECTED", "STEP_LIMIT", cmd["id"])
+        return segment.Settle("REJECTED", "STEP_LIMIT: the segment ran more nodes than maxStepsPerSegment")
+    except (DeterministicFailure, WorkflowError):
+        # the target node could not be entered (an expression, an assignment, a call refused):
+        # the savepoint took every write back, the run stays where it was
+        drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="MIGRATION_REJECTED")
+        _settle_item(migration_id, run["id"], "REJECTED", "TARGET_NOT_ENTERED", cmd["id"])
+        return segment.Settle("REJECTED", "MIGRATION_REJECTED: the target node could not be entered")
+    if action == "move":
+        segment._after_drive(drive, outcome)
+    _settle_item(
+        migration_id, run["id"], {"move": "MOVED", "cancel": "CANCELLED", "end": "ENDED"}[action], "", cmd["id"]
+    )
+    return segment._completed(drive, cmd)
+
+
+def _apply(drive: Drive, cmd: dict[str, Any], target: dict[str, Any], action: str) -> Any:
+    run = drive.run
+    if action not in ACTIONS:
+        raise _Rejected("the action is not move, cancel or end")
+    if run["status"] == "FAILED":
+        raise _Rejected("the run has failed")
+    if run["status"] != "WAITING":
+        raise _Rejected("the run is not at a wait")
+    target_scope = str(target.get("scope") or run["scope"])
+    if target_scope not in (run["scope"], run["start_scope"], "default"):
+        raise _Rejected("target scope not admitted")
+    if action == "cancel":
+        _cancel(drive, cmd, target)
+        return None
+    if action == "end":
+        _end(drive, cmd, target)
+        return None
+    return _move(drive, cmd, target, target_scope)
+
+
+def _from(run: dict[str, Any]) -> dict[str, Any]:
+    return {"scope": run["scope"], "version": int(run["version"]), "step": run["current_step"]}
+
+
+def _move(drive: Drive, cmd: dict[str, Any], target: dict[str, Any], target_scope: str) -> Any:
+    run = drive.run
+    wait = run["wait"] or {}
+    if wait.get("kind") == "join" or db.fetchone(
+        "SELECT 1 FROM workflow_branches WHERE run_id = %s AND status IN ('RUNNING','WAITING') LIMIT 1", [run["id"]]
+    ):
+        raise _Rejected("the run has active branches")
+    try:
+        target_version = int(target.get("version"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise _Rejected("the target revision is not named") from None
+    # pin admission: the target row is read under a share lock, so a retirement or a
+    # deprecation of the target cannot commit between this check and the re-pin
+    row = db.fetchone(
+        "SELECT status, failure FROM workflow_definitions WHERE scope = %s AND definition_id = %s AND version = %s "
+        "FOR SHARE",
+        [target_scope, run["definition_id"], target_version],
+    )
+    if row is None or row[0] != "AVAILABLE" or row[1]:
+        raise _Rejected("the target revision is not available")
+    target_plan = _target_plan(target_scope, run["definition_id"], target_version)
+    source_plan = drive.plan
+    assert source_plan is not None
+    if target_plan.contract.name != source_plan.contract.name:
+        raise _Rejected("the target revision implements another contract")
+    step = str(target.get("step") or run["current_step"] or "")
+    if step not in target_plan.steps:
+        raise _Rejected("the target revision has no such node")
+    new_state = _mapped_state(run, target_plan, target_version)
+
+    origin = _from(run)
+    by = actor_label(drive.actor)
+    migration_id = target.get("migration")
+    waits.close_park(
+        wait.get("park"),
+        "moved",
+        version=target_version,
+        scope=target_scope,
+        node=step,
+        by=by,
+        migration_id=migration_id,
+    )
+    _withdraw_main_path_tasks(drive)
+    if wait.get("kind") == "call" and wait.get("child"):
+        # the called run was started by the node being left; the target node starts its own
+        child = locks.lock_run(wait["child"])
+        if child["status"] not in teardown.ENDED:
+            teardown.cancel_locked(child, actor=drive.actor, reason="caller migrated", executor_id=drive.executor_id)
+    waits.leave(drive, "moved")
+    source_pointers = drive.history.pointers()  # redaction: the source covers everything so far
+
+    # re-pin: the run, its decision log and its plan now belong to the target revision
+    run["scope"], run["version"], run["plan_hash"] = target_scope, target_version, target_plan.plan_hash
+    drive.plan = target_plan
+    drive.history.scope, drive.history.version, drive.history.plan_hash = (
+        target_scope,
+        target_version,
+        target_plan.plan_hash,
+    )
+    drive.history.add(
+        "WORKFLOW_MIGRATED",
+        step=step,
+        command_id=cmd["id"],
+        actor=drive.actor,
+        payload={
+            "action": "move",
+            "from": origin,
+            "to": {"scope": target_scope, "version": target_version, "step": step},
+            "migration": migration_id,
+        },
+    )
+    if new_state is not run["state"]:
+        # the handler's mapping is the migration's own decision (written before its baseline);
+        # its patch is redacted with the pointers of both revisions
+        key = (run["definition_id"], target_version)
+        target_pointers = drive.history.pointers()
+        drive.history._pointers[key] = tuple(dict.fromkeys((*source_pointers, *target_pointers)))
+        try:
+            drive.decide(step=step, outcome="migrated-state", new_state=new_state, change=True)
+        finally:
+            drive.history._pointers[key] = target_pointers
+    drive.history.baseline(
+        run["state"], version=int(run["state_version"]), command_id=cmd["id"], actor=drive.actor, step=step
+    )
+    _reject_undeclared_parked(drive, target_plan)
+    return driver.run_from(drive, step)
+
+
+def _target_plan(scope: str, definition_id: str, version: int) -> Plan:
+    """The target plan (the executor made it resident before the claim)."""
+    from workflows.definitions import cache
+
+    try:
+        return cache.get_plan(scope=scope, definition_id=definition_id, version=version)
+    except WorkflowError:
+        raise _Rejected("the target revision cannot be run") from None
+
+
+def _mapped_state(run: dict[str, Any], target_plan: Plan, target_version: int) -> Any:
+    from workflows.definitions import schemas
+
+    state = run["state"]
+    fn = handler_for(run["definition_id"], int(run["version"]), target_version)
+    mapped = state
+    if fn is not None:
+        try:
+            mapped = fn(copy.deepcopy(state))
+        except Exception:  # noqa: BLE001  (a handler's text, type and values never reach the log)
+            log.warning(
+                "migration handler of %s v%s → v%s failed", run["definition_id"], run["version"], target_version
+            )
+            raise _Rejected("the migration handler failed") from None
+    if target_plan.state_schema and schemas.validate(target_plan.state_schema, mapped):
+        if fn is None:
+            raise _Rejected("the state does not fit the target's state schema and no migration handler is registered")
+        raise _Rejected("the migration handler gave a state the target's state schema refuses")
+    return state if fn is None else mapped
+
+
+def _withdraw_main_path_tasks(drive: Drive) -> None:
+    for t in db.fetchdicts(
+        "UPDATE workflow_tasks SET status = 'WITHDRAWN', reservation_owner = NULL, closed_at = now(), "
+        "updated_at = now() WHERE run_id = %s AND branch_id = '' AND status IN ('OPEN','COMPLETING') "
+        "RETURNING id, step",
+        [drive.run["id"]],
+    ):
+        drive.history.add(
+            "TASK_WITHDRAWN",
+            step=t["step"],
+            command_id=drive.command_id,
+            actor=drive.actor,
+            payload={"task": str(t["id"]), "reason": "moved"},
+        )
+
+
+def _reject_undeclared_parked(drive: Drive, target_plan: Plan) -> None:
+    rows = db.fetchdicts(
+        "SELECT id, target FROM workflow_commands WHERE run_id = %s AND status = 'PARKED' AND kind = 'SIGNAL'",
+        [drive.run["id"]],
+    )
+    refused = [r["id"] for r in rows if not target_plan.waits_for(str((r["target"] or {}).get("name", "")))]
+    if not refused:
+        return
+    db.execute(
+        "UPDATE workflow_commands SET status = 'REJECTED', settled_at = now(), "
+        "last_error = 'SIGNAL_REJECTED: the target revision never waits for this signal' "
+        "WHERE id = ANY(%s) AND status = 'PARKED'",
+        [refused],
+    )
+    for command_id in refused:
+        drive.history.add("COMMAND_REJECTED", command_id=command_id, actor=drive.actor, outcome="SIGNAL_REJECTED")
+    drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - len(refused))
+
+
+def _cancel(drive: Drive, cmd: dict[str, Any], target: dict[str, Any]) -> None:
+    """The cancel teardown inside the segment: every other open command (the executing one is
+    settled by the segment, fenced on its token), timers, tasks, branches, called runs."""
+    run = drive.run
+    wait = run["wait"] or {}
+    waits.close_park(wait.get("park"), "cancelled", by=actor_label(drive.actor), migration_id=target.get("migration"))
+    drive.history.add(
+        "WORKFLOW_MIGRATED",
+        step=run["current_step"] or "",
+        command_id=cmd["id"],
+        actor=drive.actor,
+        payload={"action": "cancel", "from": _from(run), "to": None, "migration": target.get("migration")},
+    )
+    cancelled = db.fetchdicts(
+        "WITH prior AS (SELECT id, status FROM workflow_commands WHERE run_id = %s AND id <> %s "
+        "AND status IN ('PENDING','DEFERRED','CLAIMED','PARKED','DEAD') FOR UPDATE) "
+        "UPDATE workflow_commands c SET status = 'CANCELLED', settled_at = now(), token = NULL, lease_until = NULL, "
+        "last_error = 'INSTANCE_CANCELLED: the run was cancelled' FROM prior WHERE c.id = prior.id "
+        "RETURNING c.id, c.kind, prior.status AS prior",
+        [run["id"], cmd["id"]],
+    )
+    held = 0
+    for c in cancelled:
+        if c["kind"] == "SIGNAL" and c["prior"] != "DEAD":
+            held += 1
+        drive.history.add("COMMAND_CANCELLED", command_id=c["id"], outcome="INSTANCE_CANCELLED", actor=drive.actor)
+    run["open_signals"] = max(0, int(run["open_signals"]) - held)
+    teardown._close_everything(drive, how="cancelled", task_status="CANCELLED")
+    from django.utils import timezone
+
+    run["status"] = "CANCELLED"
+    run["ended_at"] = timezone.now()
+    run["cancel_reason"] = CANCEL_REASON
+    drive.history.add("CANCELLED", command_id=cmd["id"], actor=drive.actor, payload={"reason": CANCEL_REASON})
+    drive.history.add("WORKFLOW_CANCELLED", command_id=cmd["id"], actor=drive.actor)
+    drive.ended_now = True
+    teardown._teardown_children(drive, reason="caller cancelled")
+
+
+def _end(drive: Drive, cmd: dict[str, Any], target: dict[str, Any]) -> None:
+    run = drive.run
+    wait = run["wait"] or {}
+    step = run["current_step"] or ""
+    waits.close_park(wait.get("park"), "ended", by=actor_label(drive.actor), migration_id=target.get("migration"))
+    drive.history.add(
+        "WORKFLOW_MIGRATED",
+        step=step,
+        command_id=cmd["id"],
+        actor=drive.actor,
+        payload={"action": "end", "from": _from(run), "to": None, "migration": target.get("migration")},
+    )
+    drive.decide(step=step, outcome=ENDED_REASON)
+    drive.history.add(
+        "WORKFLOW_COMPLETED", step=step, command_id=cmd["id"], actor=drive.actor, payload={"reason": ENDED_REASON}
+    )
+    teardown.end_run(drive, "COMPLETED")
+
+
+def _settle_item(migration_id: Any, run_id: Any, status: str, detail: str, command_id: int) -> None:
+    if not migration_id:
+        return
+    db.execute(
+        "UPDATE workflow_migration_items SET status = %s, detail = %s, command_id = %s, updated_at = now() "
+        "WHERE record_id = %s AND run_id = %s",
+        [status, detail, command_id, migration_id, run_id],
+    )
+
+
+def install() -> None:
+    segment.migration_handler = apply_migration
+
+
+# --- positions: where runs are parked ---------------------------------------------------------
+
+# -- name: positions
+# One row per position of a revision: open main-path parks grouped on the partial index
+# workflow_park_positions (definition_id, scope, version, node, kind WHERE left_at IS NULL).
+POSITIONS = (
+    "SELECT node, kind, count(*) AS runs, min(since) AS oldest FROM workflow_parks "
+    "WHERE left_at IS NULL AND definition_id = %s AND scope = %s AND version = %s AND branch_id = '' "
+    "GROUP BY node, kind ORDER BY node, kind"
+)
+
+# -- name: parked_by_version
+# How many runs are parked per revision of a definition (every revision, the current one too).
+PARKED_BY_VERSION = (
+    "SELECT scope, version, count(*) FROM workflow_parks WHERE left_at IS NULL AND definition_id = %s "
+    "AND branch_id = '' GROUP BY scope, version"
+)
+
+# -- name: parked_by_definition
+PARKED_BY_DEFINITION = (
+    "SELECT definition_id, scope, count(*) FROM workflow_parks WHERE left_at IS NULL AND branch_id = '' "
+    "{where} GROUP BY definition_id, scope"
+)
+
+
+@dataclass(frozen=True)
+class Position:
+    node: str
+    kind: str
+    runs: int
+    oldest: Any = None
+
+
+def positions(*, scope: str, definition_id: str, version: int) -> list[Position]:
+    return [
+        Position(node=r[0], kind=r[1], runs=int(r[2]), oldest=r[3])
+        for r in db.fetchall(POSITIONS, [definition_id, scope, int(version)])
+    ]
+
+
+def parked_by_version(*, definition_id: str) -> dict[tuple[str, int], int]:
+    return {(str(s), int(v)): int(n) for s, v, n in db.fetchall(PARKED_BY_VERSION, [definition_id])}
+
+
+def parked_by_definition(definition_ids: Iterable[str] | None = None) -> dict[tuple[str, str], int]:
+    """Parked runs per (definition id, scope), every revision included."""
+    if definition_ids is None:
+        rows = db.fetchall(PARKED_BY_DEFINITION.format(where=""))
+    else:
+        rows = db.fetchall(PARKED_BY_DEFINITION.format(where="AND definition_id = ANY(%s)"), [list(definition_ids)])
+    return {(str(d), str(s)): int(n) for d, s, n in rows}
+
+
+def runs_at(
+    *,
+    scope: str,
+    definition_id: str,
+    version: int,
+    node: str,
+    kind: str,
+    search: str = "",
+    offset: int = 0,
+    limit: int = 25,
+) -> tuple[list[dict[str, Any]], int]:
+    """One page of the runs parked at a position (oldest first), optionally those whose
+    business key contains ``search``; answers (rows, matching count)."""
+    where = (
+        "p.left_at IS NULL AND p.definition_id = %s AND p.scope = %s AND p.version = %s AND p.node = %s "
+        "AND p.kind = %s AND p.branch_id = ''"
+    )
+    params: list[Any] = [definition_id, scope, int(version), node, kind]
+    if search:
+        where += " AND r.business_key ILIKE %s"
+        params.append("%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
+    rows = db.fetchdicts(
+        "SELECT r.id, r.business_key, r.status, p.since FROM workflow_parks p JOIN workflow_runs r ON r.id = p.run_id "
+        f"WHERE {where} ORDER BY p.since, p.id LIMIT %s OFFSET %s",
+        [*params, int(limit), int(offset)],
+    )
+    if search or offset or len(rows) >= limit:
+        total = db.fetchone(
+            f"SELECT count(*) FROM workflow_parks p JOIN workflow_runs r ON r.id = p.run_id WHERE {where}", params
+        )
+        count = int(total[0]) if total else 0
+    else:
+        count = len(rows)
+    return rows, count
+
+
+# --- preview: freeze the selection -----------------------------------------------------------
+
+
+@dataclass
+class RowRequest:
+    """One position row of the dialog as the user left it."""
+
+    node: str
+    kind: str
+    action: str = "move"  # move / cancel / end
+    target_node: str = ""
+    runs: str | list[str] = field(default_factory=list)  # "all", or the picked run ids
+
+
+def _bad(pointer: str, message: str) -> InvalidPayload:
+    return InvalidPayload(message, violations=[Violation(pointer=pointer, type="invalid", message=message)])
+
+
+def _revision(scope: str, definition_id: str, version: int) -> dict[str, Any] | None:
+    return db.fetchdict(
+        "SELECT version, status, contract, failure, plan_hash FROM workflow_definitions "
+        "WHERE scope = %s AND definition_id = %s AND version = %s",
+        [scope, definition_id, int(version)],
+    )
+
+
+def plan_of(scope: str, definition_id: str, version: int) -> Plan | None:
+    """The plan of a revision for reading (None when this node cannot build it)."""
+    from workflows.definitions import cache
+
+    try:
+        return cache.get_plan(scope=scope, definition_id=definition_id, version=int(version))
+    except WorkflowError:
+        return None
+
+
+def freeze(
+    *,
+    scope: str,
+    definition_id: str,
+    source_version: int,
+    target_version: int,
+    rows: list[RowRequest],
+    actor: Actor,
+    reason: str = "",
+) -> int | None:
+    """Freeze the selected runs as a PREVIEWED migration record; None when nothing is selected.
+
+    Refuses INVALID_PAYLOAD (value-free) for an unknown revision, action or target node.
+    """
+    from workflows.engine.actors import sanitise
+
+    if _revision(scope, definition_id, source_version) is None:
+        raise _bad("/source_version", "the source revision does not exist")
+    if _revision(scope, definition_id, target_version) is None:
+        raise _bad("/target_version", "the target revision does not exist")
+    chosen = [(i, r) for i, r in enumerate(rows) if r.runs == "all" or (isinstance(r.runs, list) and r.runs)]
+    if not chosen:
+        return None
+    target_plan = None
+    for i, r in chosen:
+        if r.action not in ACTIONS:
+            raise _bad(f"/rows/{i}/action", "the action must be move, cancel or end")
+        if r.action == "move":
+            if target_plan is None:
+                target_plan = plan_of(scope, definition_id, target_version)
+                if target_plan is None:
+                    raise _bad("/target_version", "the target revision cannot be read here")
+            if r.target_node not in target_plan.steps:
+                raise _bad(f"/rows/{i}/target_node", "the target revision has no such node")
+    with transaction.atomic():
+        record_id = db.fetchone(
+            "INSERT INTO workflow_migration_records (scope, definition_id, source_version, target_version, "
+            "target_scope, created_by, reason, status, rows, total, created_at, applied_by, updated_at) "
+            "VALUES (%s,%s,%s,%s,%s,%s,%s,'PREVIEWED','[]',0,now(),'',now()) RETURNING id",
+            [
+                scope,
+                definition_id,
+                int(source_version),
+                int(target_version),
+                scope,
+                actor_label(actor),
+                sanitise(reason.replace("\n", " "))[:500],
+            ],
+        )
+        assert record_id is not None
+        rid = int(record_id[0])
+        summary: list[dict[str, Any]] = []
+        total = 0
+        for i, r in chosen:
+            where = (
+                "p.left_at IS NULL AND p.definition_id = %s AND p.scope = %s AND p.version = %s AND p.node = %s "
+                "AND p.kind = %s AND p.branch_id = ''"
+            )
+            params: list[Any] = [definition_id, scope, int(source_version), r.node, r.kind]
+            if r.runs != "all":
+                ids = _uuids(r.runs)
+                if not ids:
+                    continue
+                where += " AND p.run_id = ANY(%s::uuid[])"
+                params.append(ids)
+            frozen = db.execute(
+                "INSERT INTO workflow_migration_items (record_id, run_id, row, source_node, kind, action, target_node, "
+                "status, command_id, detail) SELECT %s, p.run_id, %s, p.node, p.kind, %s, %s, 'SELECTED', NULL, '' "
+                f"FROM workflow_parks p WHERE {where} ON CONFLICT DO NOTHING",
+                [rid, i, r.action, r.target_node if r.action == "move" else "", *params],
+            )
+            if frozen:
+                summary.append(
+                    {
+                        "row": i,
+                        "node": r.node,
+                        "kind": r.kind,
+                        "action": r.action,
+                        "target_node": r.target_node if r.action == "move" else "",
+                        "selection": "all" if r.runs == "all" else "picked",
+                        "runs": frozen,
+                    }
+                )
+                total += frozen
+        if not total:
+            transaction.set_rollback(True)
+            return None
+        db.execute(
+            "UPDATE workflow_migration_records SET rows = %s, total = %s WHERE id = %s", [db.jsonb(summary), total, rid]
+        )
+    return rid
+
+
+def _uuids(values: Iterable[Any]) -> list[str]:
+    found = []
+    for v in values:
+        try:
+            found.append(str(uuid.UUID(str(v))))
+        except ValueError:
+            continue
+    return found[:100000]
+
+
+def discard(*, record_id: int) -> bool:
+    """Abandon a preview that was never applied (its frozen runs are released)."""
+    return bool(
+        db.execute(
+            "UPDATE workflow_migration_records SET status = 'DISCARDED', updated_at = now() "
+            "WHERE id = %s AND status = 'PREVIEWED'",
+            [record_id],
+        )
+    )
+
+
+# --- apply: record MIGRATION commands in bounded batches ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    record_id: int
+    status: str
+    total: int
+    counts: dict[str, int]
+
+    @property
+    def left(self) -> int:
+        return self.counts.get("SELECTED", 0)
+
+    @property
+    def in_flight(self) -> int:
+        return self.counts.get("RECORDED", 0)
+
+    @property
+    def settled(self) -> int:
+        return self.total - self.left - self.in_flight
+
+    @property
+    def percent(self) -> int:
+        return 100 if not self.total else int(100 * self.settled / self.total)
+
+
+def apply_batch(*, record_id: int, actor: Actor, confirm: int | None = None, limit: int | None = None) -> Progress:
+    """Record the next batch (``MIGRATE.APPLY_BATCH``) of MIGRATION commands of a record.
+
+    Each run is re-checked under its execution lock: a run no longer at the position it was
+    selected at, ended, or with another migration pending is marked MOVED_ON (not forced); a
+    failed run REJECTED. The executor re-checks again when it applies the command.
+    Refuses: MIGRATION_ILLEGAL_STATE (discarded or unknown record), INVALID_PAYLOAD (a batch of
+    more than 100 runs applied for the first time without ``confirm`` equal to its size).
+    """
+    from workflows.engine import recording
+
+    batch = int(limit or conf.get().MIGRATE.APPLY_BATCH)
+    with transaction.atomic():
+        # the record row serialises concurrent Apply presses (lock order: record, then runs)
+        rec = db.fetchdict(
+            "SELECT id, scope, definition_id, source_version, target_version, target_scope, status, total "
+            "FROM workflow_migration_records WHERE id = %s FOR UPDATE",
+            [record_id],
+        )
+        if rec is None:
+            raise MigrationIllegalState("migration record not found")
+        if rec["status"] == "DISCARDED":
+            raise MigrationIllegalState("the preview was discarded")
+        if rec["status"] == "PREVIEWED" and rec["total"] > LARGE_BATCH and confirm != rec["total"]:
+            raise InvalidPayload(
+                "a batch of more than 100 runs needs its number of runs typed as confirmation",
+                violations=[
+                    Violation(pointer="/confirm", type="confirmation", message="type the number of runs to confirm")
+                ],
+            )
+        items = db.fetchdicts(
+            "SELECT id, run_id, source_node, action, target_node FROM workflow_migration_items "
+            "WHERE record_id = %s AND status = 'SELECTED' ORDER BY id LIMIT %s",
+            [record_id, batch],
+        )
+        outcomes: list[tuple[int, str, str, int | None]] = []
+        for item in items:
+            outcomes.append(_record_one(recording, rec, item, actor))
+        if outcomes:
+            db.execute(
+                "UPDATE workflow_migration_items i SET status = v.status, detail = v.detail, "
+                "command_id = v.command_id, updated_at = now() "
+                "FROM (SELECT unnest(%s::bigint[]) AS id, unnest(%s::text[]) AS status, "
+                "unnest(%s::text[]) AS detail, unnest(%s::bigint[]) AS command_id) v "
+                "WHERE i.id = v.id AND i.status = 'SELECTED' AND v.status <> 'SELECTED'",
+                [
+                    [o[0] for o in outcomes],
+                    [o[1] for o in outcomes],
+                    [o[2] for o in outcomes],
+                    [o[3] for o in outcomes],
+                ],
+            )
+        db.execute(
+            "UPDATE workflow_migration_records SET status = CASE WHEN status = 'PREVIEWED' THEN 'APPLYING' "
+            "ELSE status END, applied_at = coalesce(applied_at, now()), applied_by = CASE WHEN applied_by = '' "
+            "THEN %s ELSE applied_by END, updated_at = now() WHERE id = %s",
+            [actor_label(actor), record_id],
+        )
+    return progress(record_id=record_id)
+
+
+def _record_one(
+    recording: Any, rec: dict[str, Any], item: dict[str, Any], actor: Actor
+) -> tuple[int, str, str, int | None]:
+    try:
+        with transaction.atomic():  # a savepoint: one run's refusal never undoes the others
+            run = locks.lock_run(item["run_id"])
+            if run["status"] in teardown.ENDED:
+                return item["id"], "MOVED_ON", "ENDED", None
+            if run["status"] == "FAILED":
+                return item["id"], "REJECTED", "INSTANCE_FAILED", None
+            if (
+                run["status"] != "WAITING"
+                or run["current_step"] != item["source_node"]
+                or int(run["version"]) != int(rec["source_version"])
+                or run["scope"] != rec["scope"]
+            ):
+                return item["id"], "MOVED_ON", "MOVED_ON", None
+            recorded = recording.migrate(
+                run_id=item["run_id"],
+                target_version=int(rec["target_version"]),
+                target_scope=rec["target_scope"],
+                target_step=item["target_node"] or None,
+                action=item["action"],
+                actor=actor,
+                migration_id=int(rec["id"]),
+                expected_step=item["source_node"],
+                expected_version=int(rec["source_version"]),
+            )
+            return item["id"], "RECORDED", "", recorded.command_id
+    except MigrationIllegalState:
+        return item["id"], "MOVED_ON", "MIGRATION_PENDING", None
+    except InstanceNotFound:
+        return item["id"], "MOVED_ON", "RUN_GONE", None
+    except LockTimeout:
+        return item["id"], "SELECTED", "", None  # busy: left for the next Apply
+
+
+# -- name: settle_items_from_commands
+# Items whose command was settled without the handler (at the claim: the run had ended, failed
+# or was cancelled meanwhile) take their outcome from the command.
+SETTLE_FROM_COMMANDS = (
+    "UPDATE workflow_migration_items i SET status = CASE WHEN c.status IN ('CANCELLED','STALE') "
+    "OR c.last_error LIKE 'INSTANCE_ENDED%%' THEN 'MOVED_ON' ELSE 'REJECTED' END, "
+    "detail = left(split_part(c.last_error, ':', 1), 64), updated_at = now() "
+    "FROM workflow_commands c WHERE i.record_id = %s AND i.status = 'RECORDED' AND c.id = i.command_id "
+    "AND c.status IN ('REJECTED','STALE','CANCELLED','FAILED','DEAD')"
+)
+
+
+def progress(*, record_id: int) -> Progress:
+    """Where a record stands: item counts by status; finishes the record when nothing is left."""
+    with transaction.atomic():
+        db.execute(SETTLE_FROM_COMMANDS, [record_id])
+        rec = db.fetchdict("SELECT status, total FROM workflow_migration_records WHERE id = %s", [record_id])
+        if rec is None:
+            raise MigrationIllegalState("migration record not found")
+        counts = {
+            str(s): int(n)
+            for s, n in db.fetchall(
+                "SELECT status, count(*) FROM workflow_migration_items WHERE record_id = %s GROUP BY status",
+                [record_id],
+            )
+        }
+        status = rec["status"]
+        if status == "APPLYING" and not counts.get("SELECTED") and not counts.get("RECORDED"):
+            db.execute(
+                "UPDATE workflow_migration_records SET status = 'DONE', finished_at = now(), updated_at = now() "
+                "WHERE id = %s AND status = 'APPLYING'",
+                [record_id],
+            )
+            status = "DONE"
+    return Progress(record_id=record_id, status=status, total=int(rec["total"]), counts=counts)
+
+
+# --- preview facts: what Apply will do, per row ------------------------------------------------
+
+
+def describe_target(step: p.Step | None) -> dict[str, Any]:
+    """What entering a node fresh will do (from the plan alone; no run is read)."""
+    if step is None:
+        return {"type": "missing"}
+    facts: dict[str, Any] = {"type": step.type, "node": step.id}
+    if isinstance(step, p.HumanTaskStep):
+        a = step.assignment
+        facts["assignment"] = (
+            {"mode": "expression", "value": ""}
+            if a.mode == "expression"
+            else {"mode": "group" if a.mode == "role" else a.mode, "value": a.value or ""}
+        )
+        facts["title"] = step.title or step.id
+        if step.due is not None:
+            facts["due_seconds"] = step.due.delay.seconds
+            facts["due_computed"] = step.due.delay.at is not None
+        if step.reminder_every_seconds:
+            facts["reminder_seconds"] = step.reminder_every_seconds
+    elif isinstance(step, p.TimerStep):
+        facts["timer_seconds"] = step.delay.seconds
+        facts["timer_computed"] = step.delay.at is not None
+    elif isinstance(step, p.WaitSignalStep):
+        facts["signal"] = step.signal
+        if step.timeout is not None:
+            facts["timeout_seconds"] = step.timeout.delay.seconds
+            facts["timeout_computed"] = step.timeout.delay.at is not None
+    elif isinstance(step, (p.ServiceStep, p.EmailStep, p.AgentStep, p.ScriptStep, p.CallStep)):
+        facts["effect"] = True  # entering it runs its effect once, as any fresh arrival does
+    elif isinstance(step, (p.CompleteStep, p.EndStep, p.FailStep)):
+        facts["terminal"] = True
+    return facts
+
+
+def row_facts(*, record_id: int) -> list[dict[str, Any]]:
+    """Per frozen row: the approvals that will be withdrawn (grouped by assignee), the timers
+    that will be disarmed, and the database clock for computing new due times."""
+    tasks = db.fetchall(
+        "SELECT i.row, t.assignment_mode, t.assignment_value, count(*) FROM workflow_migration_items i "
+        "JOIN workflow_tasks t ON t.run_id = i.run_id AND t.branch_id = '' AND t.status IN ('OPEN','COMPLETING') "
+        "WHERE i.record_id = %s AND i.status = 'SELECTED' GROUP BY 1, 2, 3 ORDER BY 1, 4 DESC",
+        [record_id],
+    )
+    timers = db.fetchall(
+        "SELECT i.row, t.kind, count(*) FROM workflow_migration_items i JOIN workflow_timers t ON t.run_id = i.run_id "
+        "AND t.status = 'SCHEDULED' AND t.branch_id = '' WHERE i.record_id = %s AND i.status = 'SELECTED' "
+        "GROUP BY 1, 2 ORDER BY 1, 2",
+        [record_id],
+    )
+    counts = db.fetchall(
+        "SELECT row, status, count(*) FROM workflow_migration_items WHERE record_id = %s GROUP BY 1, 2",
+        [record_id],
+    )
+    by_row: dict[int, dict[str, Any]] = {}
+    for row, status, n in counts:
+        by_row.setdefault(int(row), {"tasks": [], "timers": {}, "counts": {}})["counts"][str(status)] = int(n)
+    for row, mode, value, n in tasks:
+        by_row.setdefault(int(row), {"tasks": [], "timers": {}, "counts": {}})["tasks"].append(
+            {"mode": mode, "value": value, "count": int(n)}
+        )
+    for row, kind, n in timers:
+        by_row.setdefault(int(row), {"tasks": [], "timers": {}, "counts": {}})["timers"][str(kind)] = int(n)
+    return [{"row": k, **v} for k, v in sorted(by_row.items())]

@@ -100,6 +100,13 @@ def run(
 
 def settlement(drive: Drive, cmd: dict[str, Any], settle: Settle) -> tuple[str, list[Any]]:
     """The executing command's settlement, fenced on its token."""
+    if settle.status == "REQUEUE":
+        # a due date or reminder that met a COMPLETING task: back in the queue, attempt restored
+        return (
+            "UPDATE workflow_commands SET status = 'PENDING', attempts = greatest(attempts - 1, 0), token = NULL, "
+            "lease_until = NULL, claimed_by = '' WHERE id = %s AND status = 'CLAIMED' AND token = %s",
+            [cmd["id"], drive.token],
+        )
     if settle.status == "PARKED":
         return (
             "UPDATE workflow_commands SET status = 'PARKED', was_parked = true, attempts = greatest(attempts - 1, 0), "
@@ -434,6 +441,8 @@ def fire_timer(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any]) -> Sett
         return _remind(drive, cmd, timer, stale)
     if drive.run["status"] != "WAITING" or wait.get("step") != timer["step"]:
         return stale("WAIT_LEFT: the run has left the wait")
+    if kind == "DUE" and _task_completing(timer):
+        return Settle("REQUEUE")  # held back behind the completion; keeps its place and fire time
     _received(drive, cmd)
     if kind == "FIRE":
         if wait.get("fire") != timer["id"] or not isinstance(step, p.TimerStep):
@@ -487,12 +496,19 @@ def fire_timer(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any]) -> Sett
     return _completed(drive, cmd)
 
 
+def _task_completing(timer: dict[str, Any]) -> bool:
+    row = db.fetchone("SELECT status FROM workflow_tasks WHERE id = %s", [timer["task_id"]])
+    return row is not None and row[0] == "COMPLETING"
+
+
 def _fired(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any]) -> None:
     db.execute("UPDATE workflow_timers SET status = 'FIRED' WHERE id = %s", [timer["id"]])
 
 
 def _remind(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any], stale: Callable[[str], Settle]) -> Settle:
     task = db.fetchdict("SELECT id, status, step FROM workflow_tasks WHERE id = %s FOR UPDATE", [timer["task_id"]])
+    if task is not None and task["status"] == "COMPLETING":
+        return Settle("REQUEUE")  # held back behind the completion; keeps its place and fire time
     if task is None or task["status"] != "OPEN":
         return stale("TASK_NOT_OPEN: the task is no longer open")
     _received(drive, cmd)

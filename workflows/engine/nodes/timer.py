@@ -16,6 +16,8 @@ def delay_of(drive: Drive, delay: Delay, step: str) -> tuple[float, datetime | N
         value = evaluate(delay.at, {"state": drive.run["state"]}, step=step, field="at")
         if isinstance(value, datetime):
             return 0.0, value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return max(0.0, float(value)), None  # seconds from now
         if isinstance(value, str):
             try:
                 return 0.0, datetime.fromisoformat(value.replace("Z", "+00:00"))

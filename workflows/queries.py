@@ -206,3 +206,64 @@ def migration_target_facts(*, scope: str, definition_id: str, version: int, node
 
     plan = migration.plan_of(scope, definition_id, int(version))
     return migration.describe_target(plan.steps.get(node) if plan is not None else None)
+
+
+# --- record triggers (capture) -------------------------------------------------------------------
+
+
+def current_trigger_plans() -> list[Any]:
+    """The plans with a record ``trigger`` among the default scope's current versions.
+
+    One read: the default scope's activation records joined with their AVAILABLE rows (a row
+    whose text never says "trigger" cannot declare one and is not built); the plans come from
+    the plan cache. A version that does not build is left out (and logged by the cache).
+    """
+    from django.db import connection
+
+    from workflows.definitions import cache
+    from workflows.exceptions import WorkflowError
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT d.scope, d.definition_id, d.version, d.plan_hash FROM workflow_activations a "
+            "JOIN workflow_definitions d ON d.scope = a.target_scope AND d.definition_id = a.definition_id "
+            "AND d.version = a.version WHERE a.scope = 'default' AND d.status = 'AVAILABLE' "
+            "AND strpos(d.text, 'trigger') > 0 ORDER BY d.definition_id"
+        )
+        rows = cursor.fetchall()
+    plans = []
+    for scope, definition_id, version, plan_hash in rows:
+        try:
+            plan = cache.get_plan(scope=scope, definition_id=definition_id, version=version, expected_hash=plan_hash)
+        except WorkflowError:
+            continue
+        if plan.trigger is not None:
+            plans.append(plan)
+    return plans
+
+
+def subject_types() -> list[str]:
+    """Every distinct run subject type, read by skipping through the subject index (one probe
+    per type, however many runs there are)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH RECURSIVE t(v) AS ("
+            " (SELECT subject_type FROM workflow_runs WHERE subject_type > '' ORDER BY subject_type LIMIT 1)"
+            " UNION ALL SELECT (SELECT subject_type FROM workflow_runs WHERE subject_type > t.v "
+            " ORDER BY subject_type LIMIT 1) FROM t WHERE t.v IS NOT NULL"
+            ") SELECT v FROM t WHERE v IS NOT NULL"
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def live_runs_about(*, subject_types: tuple[str, ...] | list[str], subject_id: str) -> list[str]:
+    """Ids of the runs about this record that have not ended (failed ones included: a retry
+    would resume a run about a record that is gone), oldest first."""
+    from workflows.models.runs import ENDED_STATUSES
+
+    rows = Run.objects.filter(subject_type__in=list(subject_types), subject_id=subject_id).exclude(
+        status__in=ENDED_STATUSES
+    )
+    return [str(pk) for pk in rows.order_by("created_at").values_list("id", flat=True)]

@@ -16,6 +16,7 @@ class WorkflowsConfig(AppConfig):
         setup.install()  # fork/join, call and other handlers that live in their own modules
 
         tasks.install()  # after-commit wake-ups go out as Celery messages
+        __import__("workflows.metrics").metrics.install()  # executor observers feed the Prometheus counters
         import importlib
         import os
 

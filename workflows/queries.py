@@ -267,3 +267,247 @@ def live_runs_about(*, subject_types: tuple[str, ...] | list[str], subject_id: s
         status__in=ENDED_STATUSES
     )
     return [str(pk) for pk in rows.order_by("created_at").values_list("id", flat=True)]
+
+
+# --- operations: the dashboard, the stuck-run radar and the metrics gauges ----------------------
+# Every age and "overdue" below is computed on the database clock (now()), never the web node's.
+
+RADAR_LIMIT = 500
+
+
+def _ops_dicts(sql: str, params: Any = None) -> list[dict[str, Any]]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params or [])
+        names = [c.name for c in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def queue_health() -> dict[str, Any]:
+    """The command queue at a glance, one statement over the unsettled/attention statuses only
+    (settled commands are never counted, so the cost follows the backlog, not the history).
+
+    ``pending`` is due now, ``scheduled`` is PENDING but not yet due (timers); ``oldest_pending_seconds``
+    is how long the oldest due command has waited to run; ``expired_leases`` are claims whose
+    holder stopped (the sweep returns them)."""
+    return _ops_dicts(
+        "SELECT count(*) FILTER (WHERE status = 'PENDING' AND available_at <= now()) AS pending, "
+        "count(*) FILTER (WHERE status = 'PENDING' AND available_at > now()) AS scheduled, "
+        "count(*) FILTER (WHERE status = 'DEFERRED') AS deferred, "
+        "count(*) FILTER (WHERE status = 'CLAIMED') AS claimed, "
+        "count(*) FILTER (WHERE status = 'CLAIMED' AND lease_until < now()) AS expired_leases, "
+        "count(*) FILTER (WHERE status = 'PARKED') AS parked, "
+        "count(*) FILTER (WHERE status = 'DEAD') AS dead, "
+        "count(*) FILTER (WHERE status = 'OUTCOME_UNKNOWN') AS outcome_unknown, "
+        "coalesce(EXTRACT(EPOCH FROM now() - min(available_at) FILTER (WHERE status = 'PENDING' "
+        "AND available_at <= now())), 0)::float AS oldest_pending_seconds, now() AS at "
+        "FROM workflow_commands WHERE status IN ('PENDING','DEFERRED','CLAIMED','PARKED','DEAD','OUTCOME_UNKNOWN')"
+    )[0]
+
+
+def runs_by_revision() -> list[dict[str, Any]]:
+    """Runs per (definition, scope, revision, status), newest revision first (the pin index)."""
+    return _ops_dicts(
+        "SELECT definition_id, scope, version, max(plan_hash) AS plan_hash, status, count(*) AS runs "
+        "FROM workflow_runs GROUP BY definition_id, scope, version, status "
+        "ORDER BY definition_id, scope, version DESC, status"
+    )
+
+
+def parked_by_position() -> list[dict[str, Any]]:
+    """Parked runs per position (revision + node), main path only — the count the Migrate
+    dialog moves — from the partial index of open parks; with the oldest wait's age."""
+    return _ops_dicts(
+        "SELECT definition_id, scope, version, node, kind, count(*) AS runs, "
+        "EXTRACT(EPOCH FROM now() - min(since))::float AS oldest_seconds FROM workflow_parks "
+        "WHERE left_at IS NULL AND branch_id = '' GROUP BY definition_id, scope, version, node, kind "
+        "ORDER BY definition_id, scope, version DESC, node"
+    )
+
+
+def settled_per_minute(*, minutes: int = 60) -> list[dict[str, Any]]:
+    """Commands settled per minute over the last ``minutes`` (every minute present, zeros
+    included), split into ``failed`` (FAILED) and ``settled`` (all)."""
+    minutes = max(1, min(int(minutes), 24 * 60))
+    return _ops_dicts(
+        "WITH s AS (SELECT date_trunc('minute', settled_at) AS minute, count(*) AS settled, "
+        "count(*) FILTER (WHERE status = 'FAILED') AS failed FROM workflow_commands "
+        "WHERE settled_at >= date_trunc('minute', now()) - make_interval(mins => %s) GROUP BY 1) "
+        "SELECT g.minute, coalesce(s.settled, 0) AS settled, coalesce(s.failed, 0) AS failed "
+        "FROM generate_series(date_trunc('minute', now()) - make_interval(mins => %s), date_trunc('minute', now()), "
+        "interval '1 minute') AS g(minute) LEFT JOIN s ON s.minute = g.minute ORDER BY g.minute",
+        [minutes - 1, minutes - 1],
+    )
+
+
+def revision_plan(*, scope: str, definition_id: str, version: int, plan_hash: str) -> Any:
+    """The plan of a revision for its picture (None when it cannot be built here)."""
+    from workflows.definitions import cache
+    from workflows.exceptions import WorkflowError
+
+    try:
+        return cache.get_plan(scope=scope, definition_id=definition_id, version=version, expected_hash=plan_hash)
+    except WorkflowError:
+        return None
+
+
+_RUN_COLUMNS = (
+    "r.id AS run_id, r.definition_id, r.scope, r.version, r.status AS run_status, r.current_step, "
+    "r.business_key, r.state_version, r.history_seq"
+)
+
+
+def stuck_parks(
+    *,
+    percentile: float = 0.95,
+    window_days: int = 30,
+    floor_seconds: float = 3600,
+    overrides: dict[str, float] | None = None,
+    limit: int = RADAR_LIMIT,
+) -> list[dict[str, Any]]:
+    """Open parks of live runs that have waited longer than their position's threshold.
+
+    The threshold of a position (definition id + node, every revision and scope of it: a step
+    keeps its id across revisions, and a new revision has no history yet) is, in this order:
+    ``overrides["<definition id>:<node>"]``, ``overrides["<definition id>"]``, else the
+    ``percentile`` of the waits at that position that closed in the last ``window_days``
+    (left by a signal, decision, timer... — moved and cancelled waits are not waits that
+    ended on their own), never below ``floor_seconds``. Most overdue (waited / threshold) first."""
+    import json
+
+    return _ops_dicts(
+        "WITH stats AS (SELECT definition_id, node, count(*) AS samples, percentile_cont(%(pct)s) WITHIN GROUP "
+        "(ORDER BY EXTRACT(EPOCH FROM left_at - since)) AS typical FROM workflow_parks "
+        "WHERE left_at IS NOT NULL AND left_at >= now() - make_interval(days => %(days)s) "
+        "AND left_how NOT IN ('moved','cancelled') GROUP BY definition_id, node), "
+        "open AS (SELECT p.id AS park_id, p.node, p.kind, p.branch_id, p.since, "
+        "EXTRACT(EPOCH FROM now() - p.since)::float AS waited_seconds, s.samples, s.typical, "
+        "coalesce((%(overrides)s::jsonb ->> (p.definition_id || ':' || p.node))::float, "
+        "(%(overrides)s::jsonb ->> p.definition_id)::float, greatest(coalesce(s.typical, 0), %(floor)s))::float "
+        f"AS threshold_seconds, {_RUN_COLUMNS} "
+        "FROM workflow_parks p JOIN workflow_runs r ON r.id = p.run_id "
+        "LEFT JOIN stats s ON s.definition_id = p.definition_id AND s.node = p.node "
+        "WHERE p.left_at IS NULL AND r.status IN ('PENDING','RUNNING','WAITING','COMPENSATING')) "
+        "SELECT * FROM open WHERE waited_seconds > threshold_seconds "
+        "ORDER BY waited_seconds / greatest(threshold_seconds, 1) DESC, park_id LIMIT %(limit)s",
+        {"pct": float(percentile), "days": int(window_days), "floor": float(floor_seconds),
+         "overrides": json.dumps({str(k): float(v) for k, v in (overrides or {}).items()}), "limit": int(limit)},
+    )
+
+
+def stuck_commands(*, stuck_after_seconds: float, limit: int = RADAR_LIMIT) -> list[dict[str, Any]]:
+    """Unsettled commands (PENDING, DEFERRED, CLAIMED) that have been due for longer than
+    ``stuck_after_seconds`` — a timer due next week is not stuck, one due an hour ago is."""
+    return _ops_dicts(
+        "SELECT c.id AS command_id, c.kind, c.seq, c.status, c.attempts, c.deferral_count, c.last_error, "
+        "c.recorded_at, EXTRACT(EPOCH FROM now() - greatest(c.available_at, c.recorded_at))::float AS stuck_seconds, "
+        f"(c.status = 'CLAIMED' AND c.lease_until < now()) AS lease_expired, {_RUN_COLUMNS} "
+        "FROM workflow_commands c JOIN workflow_runs r ON r.id = c.run_id "
+        "WHERE c.status IN ('PENDING','DEFERRED','CLAIMED') "
+        "AND greatest(c.available_at, c.recorded_at) < now() - make_interval(secs => %s) "
+        "ORDER BY greatest(c.available_at, c.recorded_at), c.id LIMIT %s",
+        [float(stuck_after_seconds), int(limit)],
+    )
+
+
+def commands_in_status(*, status: str, limit: int = RADAR_LIMIT) -> list[dict[str, Any]]:
+    """DEAD (dead letters) or OUTCOME_UNKNOWN commands with their run, oldest first."""
+    if status not in ("DEAD", "OUTCOME_UNKNOWN"):
+        raise ValueError("status must be DEAD or OUTCOME_UNKNOWN")
+    return _ops_dicts(
+        "SELECT c.id AS command_id, c.kind, c.seq, c.status, c.attempts, c.last_error, c.recorded_at, "
+        f"{_RUN_COLUMNS} FROM workflow_commands c JOIN workflow_runs r ON r.id = c.run_id "
+        "WHERE c.status = %s ORDER BY c.recorded_at, c.id LIMIT %s",
+        [status, int(limit)],
+    )
+
+
+def overdue_tasks(*, limit: int = RADAR_LIMIT) -> list[dict[str, Any]]:
+    """OPEN tasks past their due date, most overdue first."""
+    return _ops_dicts(
+        "SELECT t.id AS task_id, t.title, t.step, t.assignment_mode, t.assignment_value, t.due_at, "
+        f"EXTRACT(EPOCH FROM now() - t.due_at)::float AS overdue_seconds, {_RUN_COLUMNS} "
+        "FROM workflow_tasks t JOIN workflow_runs r ON r.id = t.run_id "
+        "WHERE t.status = 'OPEN' AND t.due_at < now() ORDER BY t.due_at, t.id LIMIT %s",
+        [int(limit)],
+    )
+
+
+def runs_for_action(*, run_ids: Any) -> list[Run]:
+    """The runs a bulk action would touch (unknown or malformed ids left out), oldest first."""
+    import uuid
+
+    ids = []
+    for value in run_ids:
+        try:
+            ids.append(uuid.UUID(str(value)))
+        except ValueError:
+            continue
+    return list(Run.objects.filter(pk__in=ids).order_by("created_at", "id"))
+
+
+def task_counts() -> dict[str, int]:
+    """Open tasks (OPEN or COMPLETING) and, of them, the OPEN ones past their due date."""
+    return _ops_dicts(
+        "SELECT count(*) AS open, count(*) FILTER (WHERE status = 'OPEN' AND due_at < now()) AS overdue "
+        "FROM workflow_tasks WHERE status IN ('OPEN','COMPLETING')"
+    )[0]
+
+
+def live_run_counts() -> dict[str, int]:
+    """Runs that are not ended, by status (FAILED included: it waits for a retry)."""
+    rows = _ops_dicts(
+        "SELECT status, count(*) AS runs FROM workflow_runs "
+        "WHERE status IN ('PENDING','RUNNING','WAITING','COMPENSATING','FAILED') GROUP BY status"
+    )
+    return {r["status"]: int(r["runs"]) for r in rows}
+
+
+def reconcile_candidate(*, command_id: Any) -> dict[str, Any] | None:
+    """A command with its run and the step of its latest effect marker, for the reconcile page
+    (None when there is no such command)."""
+    try:
+        command_id = int(command_id)
+    except (TypeError, ValueError):
+        return None
+    rows = _ops_dicts(
+        "SELECT c.id AS command_id, c.kind, c.seq, c.status, c.attempts, c.last_error, c.recorded_at, "
+        "(SELECT m.step FROM workflow_effect_markers m WHERE m.command_id = c.id ORDER BY m.started_at DESC "
+        f"LIMIT 1) AS effect_step, {_RUN_COLUMNS} FROM workflow_commands c JOIN workflow_runs r ON r.id = c.run_id "
+        "WHERE c.id = %s",
+        [command_id],
+    )
+    return rows[0] if rows else None
+
+
+def _capture_model() -> Any:
+    """The capture app's model, looked up by name (workflows never imports capture)."""
+    from django.apps import apps
+
+    try:
+        return apps.get_model("capture", "Capture")
+    except LookupError:
+        return None
+
+
+def capture_counts() -> dict[str, int]:
+    """Record captures by status ({} without the capture app)."""
+    from django.db.models import Count
+
+    model = _capture_model()
+    if model is None:
+        return {}
+    rows = model.objects.order_by().values("status").annotate(n=Count("id"))
+    return {str(r["status"]): int(r["n"]) for r in rows}
+
+
+def outcome_unknown_captures(*, limit: int = RADAR_LIMIT) -> list[dict[str, Any]]:
+    """OUTCOME_UNKNOWN record captures, oldest first ([] without the capture app)."""
+    model = _capture_model()
+    if model is None:
+        return []
+    rows = model.objects.filter(status="OUTCOME_UNKNOWN").order_by("created_at", "id").values(
+        "id", "model", "object_pk", "event", "attempts", "created_at", "effect_started_at"
+    )[:limit]
+    return [{"capture_id": r.pop("id"), **r} for r in rows]

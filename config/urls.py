@@ -13,4 +13,5 @@ urlpatterns = [
     path("api/", include("workflows.api.urls")),
     path("", RedirectView.as_view(url="/tasks/", permanent=False)),
     path("", include("workflows.urls")),
+    path("", include("workflows.urls_ops")),  # /ops/ dashboard and radar, /metrics
 ]

@@ -1,0 +1,323 @@
+"""The stuck-run radar (``/ops/radar/``, staff): what needs an operator, and the fix next to it.
+
+Sections, each row linking to the run viewer and to the action that fixes it:
+
+- **Runs parked too long** — an open wait longer than its position's threshold: by default
+  the 95th percentile of that position's waits closed in the last 30 days, never below a
+  floor of one hour. ``settings.OPS_RADAR`` changes it::
+
+      OPS_RADAR = {"PERCENTILE": 0.95, "WINDOW_DAYS": 30, "FLOOR_SECONDS": 3600,
+                   "THRESHOLDS": {"purchase-approval:manager": 3 * 86400, "onboarding": 7 * 86400}}
+
+  (``THRESHOLDS`` keys are ``<definition id>:<step>`` or a whole ``<definition id>``, seconds.)
+  Fix: migrate the position, or cancel.
+- **Stuck commands** — due for longer than ``WORKFLOWS["EXECUTOR"]["STUCK_AFTER_SECONDS"]`` and
+  still PENDING, DEFERRED or CLAIMED (workers down, a node without the revision). Fix: cancel.
+- **Dead letters** — DEAD commands. Fix: retry (``operations.retry``).
+- **OUTCOME_UNKNOWN commands** — fix: reconcile (replay or resolve, with a reason;
+  ``operations.reconcile_command``); **OUTCOME_UNKNOWN captures** — fix: the capture admin.
+- **Overdue tasks** — OPEN past their due date. Fix: reassign, or cancel.
+
+Bulk actions (retry selected, cancel selected) go through a confirmation page that lists the
+runs they touch and asks for their count to be typed back; a cancel keeps what the operator
+saw (state version, history position) and leaves alone a run that moved on meanwhile.
+
+Permissions: viewing needs staff; retry needs ``workflows.change_run``; cancel needs
+``workflows.cancel_runs``; reconcile needs ``workflows.change_command`` (checked by the
+operation itself); migrate is the Migrate dialog's (``workflows.migrate_runs``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from workflows import conf, operations, queries
+from workflows.exceptions import WorkflowError
+from workflows.views.dashboard import duration, run_url, staff_required, url_or_none
+
+RETRY_PERMISSION = "workflows.change_run"
+CANCEL_PERMISSION = "workflows.cancel_runs"
+RECONCILE_PERMISSION = "workflows.change_command"
+MIGRATE_PERMISSION = "workflows.migrate_runs"
+RADAR_DEFAULTS: dict[str, Any] = {"PERCENTILE": 0.95, "WINDOW_DAYS": 30, "FLOOR_SECONDS": 3600, "THRESHOLDS": {}}
+BULK_LIMIT = 500  # one confirmation touches at most this many runs
+ACTIONS = {"retry": ("Retry", RETRY_PERMISSION), "cancel": ("Cancel", CANCEL_PERMISSION)}
+
+
+def radar_settings() -> dict[str, Any]:
+    return {**RADAR_DEFAULTS, **(getattr(settings, "OPS_RADAR", None) or {})}
+
+
+def _can(request: HttpRequest, permission: str) -> bool:
+    return bool(request.user.is_superuser or request.user.has_perm(permission))
+
+
+# --- the radar ------------------------------------------------------------------------------
+
+
+@never_cache
+@staff_required
+@require_GET
+def radar(request: HttpRequest) -> HttpResponse:
+    options = radar_settings()
+    stuck_after = conf.get().EXECUTOR.STUCK_AFTER_SECONDS
+    parks = queries.stuck_parks(
+        percentile=float(options["PERCENTILE"]),
+        window_days=int(options["WINDOW_DAYS"]),
+        floor_seconds=float(options["FLOOR_SECONDS"]),
+        overrides=dict(options["THRESHOLDS"]),
+    )
+    configured = {str(k) for k in options["THRESHOLDS"]}
+    for row in parks:
+        row["waited"] = duration(row["waited_seconds"])
+        row["threshold"] = duration(row["threshold_seconds"])
+        row["basis"] = _threshold_basis(row, options, configured)
+        row["migrate_url"] = _migrate_url(row)
+    commands = queries.stuck_commands(stuck_after_seconds=stuck_after)
+    for row in commands:
+        row["stuck"] = duration(row["stuck_seconds"])
+    tasks = queries.overdue_tasks()
+    for row in tasks:
+        row["overdue"] = duration(row["overdue_seconds"])
+        row["task_admin_url"] = url_or_none("admin:workflows_task_change", row["task_id"])
+    captures = queries.outcome_unknown_captures()
+    for row in captures:
+        row["admin_url"] = url_or_none("admin:capture_capture_change", row["capture_id"])
+    sections: list[dict[str, Any]] = [
+        {
+            "id": "parked",
+            "title": "Runs parked too long",
+            "rows": parks,
+            "help": f"Waiting longer than their position's threshold: the {_pct(options['PERCENTILE'])} percentile of "
+            f"that step's waits closed in the last {int(options['WINDOW_DAYS'])} days, at least "
+            f"{duration(options['FLOOR_SECONDS'])}.",
+        },
+        {
+            "id": "stuck",
+            "title": "Stuck commands",
+            "rows": commands,
+            "help": f"Due for more than {duration(stuck_after)} and still not settled.",
+        },
+        {
+            "id": "dead",
+            "title": "Dead letters",
+            "rows": queries.commands_in_status(status="DEAD"),
+            "help": "Commands that failed on every attempt. Retry offers them again.",
+        },
+        {
+            "id": "unknown",
+            "title": "Outcome unknown: commands",
+            "rows": queries.commands_in_status(status="OUTCOME_UNKNOWN"),
+            "help": "Interrupted after an email, agent or script effect started: it may have happened. "
+            "Check, then reconcile (replay or resolve).",
+        },
+        {
+            "id": "captures",
+            "title": "Outcome unknown: captures",
+            "rows": captures,
+            "help": "Record captures interrupted after their dispatch started. Reconcile them in the capture admin.",
+        },
+        {
+            "id": "tasks",
+            "title": "Overdue tasks",
+            "rows": tasks,
+            "help": "Open approvals past their due date. Reassign them, or cancel the run.",
+        },
+    ]
+    for section in sections:
+        for row in section["rows"]:
+            if "run_id" in row:
+                row["run_url"] = run_url(row["run_id"])
+    context = {
+        "sections": sections,
+        "total": sum(len(s["rows"]) for s in sections),
+        "can_retry": _can(request, RETRY_PERMISSION),
+        "can_cancel": _can(request, CANCEL_PERMISSION),
+        "can_reconcile": _can(request, RECONCILE_PERMISSION),
+        "can_migrate": _can(request, MIGRATE_PERMISSION),
+        "can_bulk": _can(request, RETRY_PERMISSION) or _can(request, CANCEL_PERMISSION),
+        "selectable": ("parked", "stuck", "dead", "tasks"),
+    }
+    return render(request, "workflows/ops/radar.html", context)
+
+
+def _pct(value: Any) -> str:
+    number = float(value) * 100
+    return f"{number:g}th"
+
+
+def _threshold_basis(row: dict[str, Any], options: dict[str, Any], configured: set[str]) -> str:
+    if f"{row['definition_id']}:{row['node']}" in configured or row["definition_id"] in configured:
+        return "configured"
+    samples = int(row["samples"] or 0)
+    if samples and float(row["typical"] or 0) >= float(options["FLOOR_SECONDS"]):
+        return f"{_pct(options['PERCENTILE'])} percentile of {samples} closed wait{'s' if samples != 1 else ''}"
+    return "floor"
+
+
+def _migrate_url(row: dict[str, Any]) -> str | None:
+    """The Migrate dialog for the row's revision, when the migration pages are installed."""
+    for name, args in (
+        ("workflows:migrate:dialog", (row["scope"], row["definition_id"], row["version"])),
+        ("admin:workflows_migrate", (row["scope"], row["definition_id"], row["version"])),
+    ):
+        url = url_or_none(name, *args)
+        if url:
+            return url
+    return None
+
+
+# --- retry one run ---------------------------------------------------------------------------
+
+
+@staff_required
+@require_POST
+def retry(request: HttpRequest) -> HttpResponse:
+    """Retry one run (a dead letter's or a failed run's): records a RETRY."""
+    if not _can(request, RETRY_PERMISSION):
+        raise PermissionDenied("retrying a run needs workflows.change_run")
+    run_id = _uuid(request.POST.get("run_id"))
+    if run_id is None:
+        raise Http404("run not found")
+    try:
+        operations.retry(run_id=run_id, actor=request.user)
+    except WorkflowError as error:
+        messages.error(request, f"Run {str(run_id)[:8]} was not retried: {_refusal(error)}.")
+    else:
+        messages.success(request, f"Retry recorded for run {str(run_id)[:8]}; the executor picks it up next.")
+    return HttpResponseRedirect(reverse("ops:radar") + "#dead")
+
+
+# --- bulk actions ---------------------------------------------------------------------------
+
+
+@never_cache
+@staff_required
+@require_POST
+def bulk(request: HttpRequest) -> HttpResponse:
+    """Confirmation (first POST, from the radar's selection) and apply (POST with the count
+    typed back). The confirmation lists every run it touches; nothing is done until the typed
+    count matches."""
+    action = request.POST.get("action", "")
+    if action not in ACTIONS:
+        messages.error(request, "Choose Retry selected or Cancel selected.")
+        return HttpResponseRedirect(reverse("ops:radar"))
+    label, permission = ACTIONS[action]
+    if not _can(request, permission):
+        raise PermissionDenied(f"{action} needs {permission}")
+    runs = queries.runs_for_action(run_ids=request.POST.getlist("run")[:BULK_LIMIT])
+    if not runs:
+        messages.error(request, "Select at least one run first.")
+        return HttpResponseRedirect(reverse("ops:radar"))
+    error = ""
+    reason = " ".join(request.POST.get("reason", "").split())[:255]
+    if "apply" in request.POST:
+        typed = request.POST.get("confirm_count", "").strip()
+        if typed != str(len(runs)):
+            error = f"Type {len(runs)} — the number of runs this touches — to confirm."
+        elif action == "cancel" and not reason:
+            error = "Give a reason for the cancellation (it is kept in each run's history)."
+        else:
+            _apply(request, action, runs, reason)
+            return HttpResponseRedirect(reverse("ops:radar"))
+    context = {
+        "action": action,
+        "label": label,
+        "runs": [{"run": r, "url": run_url(r.id)} for r in runs],
+        "count": len(runs),
+        "reason": reason,
+        "error": error,
+    }
+    return render(request, "workflows/ops/bulk_confirm.html", context, status=400 if error else 200)
+
+
+def _apply(request: HttpRequest, action: str, runs: list[Any], reason: str) -> None:
+    done: list[str] = []
+    refused: list[str] = []
+    for run in runs:
+        short = str(run.id)[:8]
+        try:
+            if action == "retry":
+                operations.retry(run_id=run.id, actor=request.user)
+            else:
+                seen = request.POST.get(f"seen-{run.id}", "")
+                state_version, _, history_seq = seen.partition(":")
+                operations.cancel_confirmed(
+                    run_id=run.id,
+                    seen_state_version=int(state_version) if state_version.isdigit() else -1,
+                    seen_history_seq=int(history_seq) if history_seq.isdigit() else -1,
+                    reason=reason,
+                    actor=request.user,
+                )
+        except WorkflowError as error:
+            refused.append(f"{short} ({_refusal(error)})")
+        else:
+            done.append(short)
+    verb = "Retry recorded for" if action == "retry" else "Cancelled"
+    if done:
+        messages.success(request, f"{verb} {len(done)} run{'s' if len(done) != 1 else ''}.")
+    if refused:
+        messages.error(request, f"{len(refused)} left alone: " + "; ".join(refused) + ".")
+
+
+def _refusal(error: WorkflowError) -> str:
+    """A refusal as the page shows it: its code and fixed title, never the message (which may
+    name values)."""
+    title = getattr(error, "title", "") or ""
+    return f"{error.code}" + (f" — {title.lower()}" if title else "")
+
+
+def _uuid(value: Any) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+# --- reconcile an OUTCOME_UNKNOWN command ---------------------------------------------------
+
+
+@never_cache
+@staff_required
+@require_http_methods(["GET", "POST"])
+def reconcile(request: HttpRequest, command_id: int) -> HttpResponse:
+    """Replay or resolve one OUTCOME_UNKNOWN command, with a reason (administrators)."""
+    if not _can(request, RECONCILE_PERMISSION):
+        raise PermissionDenied("reconciling needs workflows.change_command")
+    item = queries.reconcile_candidate(command_id=command_id)
+    if item is None:
+        raise Http404("command not found")
+    errors: dict[str, str] = {}
+    action = request.POST.get("action", "")
+    reason = " ".join(request.POST.get("reason", "").split())[:1000]
+    if request.method == "POST":
+        if action not in ("replay", "resolve"):
+            errors["action"] = "Choose replay or resolve."
+        if not reason:
+            errors["reason"] = "A reason is required: what you checked in the outside world."
+        if not errors:
+            try:
+                operations.reconcile_command(command_id=command_id, action=action, reason=reason, actor=request.user)
+            except WorkflowError as error:
+                errors["form"] = f"Not reconciled: {_refusal(error)}."
+            else:
+                messages.success(request, f"Command {command_id} reconciled ({action}); the executor picks it up next.")
+                return HttpResponseRedirect(reverse("ops:radar") + "#unknown")
+    context = {
+        "item": item,
+        "run_url": run_url(item["run_id"]),
+        "action": action,
+        "reason": reason,
+        "errors": errors,
+    }
+    return render(request, "workflows/ops/reconcile.html", context, status=400 if errors else 200)

@@ -264,3 +264,32 @@ def test_reconcile_is_for_administrators(client: Any, staff: Any, deploy: Any) -
     client.force_login(staff)
     assert "Reconcile…" not in radar(client)
     assert client.get(f"/ops/radar/reconcile/{command_id}/").status_code == 403
+
+
+def test_a_run_parked_too_long_links_to_the_migrate_dialog_of_its_revision(
+    client: Any, staff: Any, deploy: Any, drain: Any
+) -> None:
+    deploy(ops.ORDER)
+    run_id = operations.start(definition_id="order-signal", payload={"order": "P-1"}).run_id
+    drain()
+    ops.age_open_park(run_id, seconds=2 * 3600)
+    client.force_login(staff)
+    assert "Migrate…" not in radar(client)  # staff without a migration permission see no way in
+    client.force_login(grant(staff, "migrate_runs"))
+    html = radar(client)
+    assert 'href="/migrate/default/order-signal/?source=1">Migrate…</a>' in html
+
+
+def test_outcome_unknown_captures_are_listed(client: Any, demo_users: Any) -> None:
+    from capture.models import Capture
+
+    unknown = Capture.objects.create(
+        model="demo.PurchaseOrder", object_pk="17", event="created", status="OUTCOME_UNKNOWN", attempts=1
+    )
+    Capture.objects.create(model="demo.PurchaseOrder", object_pk="18", event="created", status="DISPATCHED")
+    client.force_login(demo_users["admin"])
+    html = radar(client)
+    section = re.search(r'<section class="section radar-section" id="captures".*?</section>', html, re.S)
+    assert section is not None
+    assert re.findall(r'data-capture="(\d+)"', section.group(0)) == [str(unknown.pk)]
+    assert "demo.PurchaseOrder" in section.group(0)

@@ -139,3 +139,14 @@ def test_no_label_or_value_carries_a_payload_value(scrape: Any, client: Any, dep
     text = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content.decode()
     assert "7f3a" not in text
     assert re.search(r"^switchyard_commands_settled_total\{", text, re.M)
+
+
+def test_capture_states_are_gauges(scrape: Any) -> None:
+    from capture.models import Capture
+
+    for status in ("PENDING", "DISPATCHED", "DISPATCHED", "OUTCOME_UNKNOWN"):
+        Capture.objects.create(model="demo.PurchaseOrder", object_pk="1", event="updated", status=status)
+    samples = scrape()
+    assert samples['switchyard_captures{state="DISPATCHED"}'] == 2
+    assert samples['switchyard_captures{state="PENDING"}'] == 1
+    assert samples['switchyard_captures{state="OUTCOME_UNKNOWN"}'] == 1

@@ -23,14 +23,16 @@ runs they touch and asks for their count to be typed back; a cancel keeps what t
 saw (state version, history position) and leaves alone a run that moved on meanwhile.
 
 Permissions: viewing needs staff; retry needs ``workflows.change_run``; cancel needs
-``workflows.cancel_runs``; reconcile needs ``workflows.change_command`` (checked by the
-operation itself); migrate is the Migrate dialog's (``workflows.migrate_runs``).
+``workflows.cancel_runs`` or ``workflows.change_definitionversion`` (what the run viewer's
+cancel asks); reconcile needs ``workflows.change_command`` (the operation checks it too);
+migrate is the Migrate dialog's (``workflows.migrate_runs`` or ``change_definitionversion``).
 """
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
@@ -45,10 +47,11 @@ from workflows import conf, operations, queries
 from workflows.exceptions import WorkflowError
 from workflows.views.dashboard import duration, run_url, staff_required, url_or_none
 
-RETRY_PERMISSION = "workflows.change_run"
-CANCEL_PERMISSION = "workflows.cancel_runs"
-RECONCILE_PERMISSION = "workflows.change_command"
-MIGRATE_PERMISSION = "workflows.migrate_runs"
+# each action: any one of its permissions (cancel and migrate as the run viewer and the Migrate dialog ask)
+RETRY_PERMISSION = ("workflows.change_run",)
+CANCEL_PERMISSION = ("workflows.cancel_runs", "workflows.change_definitionversion")
+RECONCILE_PERMISSION = ("workflows.change_command",)
+MIGRATE_PERMISSION = ("workflows.migrate_runs", "workflows.change_definitionversion")
 RADAR_DEFAULTS: dict[str, Any] = {"PERCENTILE": 0.95, "WINDOW_DAYS": 30, "FLOOR_SECONDS": 3600, "THRESHOLDS": {}}
 BULK_LIMIT = 500  # one confirmation touches at most this many runs
 ACTIONS = {"retry": ("Retry", RETRY_PERMISSION), "cancel": ("Cancel", CANCEL_PERMISSION)}
@@ -58,8 +61,8 @@ def radar_settings() -> dict[str, Any]:
     return {**RADAR_DEFAULTS, **(getattr(settings, "OPS_RADAR", None) or {})}
 
 
-def _can(request: HttpRequest, permission: str) -> bool:
-    return bool(request.user.is_superuser or request.user.has_perm(permission))
+def _can(request: HttpRequest, permissions: tuple[str, ...]) -> bool:
+    return bool(request.user.is_superuser or any(request.user.has_perm(p) for p in permissions))
 
 
 # --- the radar ------------------------------------------------------------------------------
@@ -167,14 +170,8 @@ def _threshold_basis(row: dict[str, Any], options: dict[str, Any], configured: s
 
 def _migrate_url(row: dict[str, Any]) -> str | None:
     """The Migrate dialog for the row's revision, when the migration pages are installed."""
-    for name, args in (
-        ("workflows:migrate:dialog", (row["scope"], row["definition_id"], row["version"])),
-        ("admin:workflows_migrate", (row["scope"], row["definition_id"], row["version"])),
-    ):
-        url = url_or_none(name, *args)
-        if url:
-            return url
-    return None
+    url = url_or_none("workflows:migrate:dialog", row["scope"], row["definition_id"])
+    return f"{url}?{urlencode({'source': row['version']})}" if url else None
 
 
 # --- retry one run ---------------------------------------------------------------------------
@@ -214,7 +211,7 @@ def bulk(request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(reverse("ops:radar"))
     label, permission = ACTIONS[action]
     if not _can(request, permission):
-        raise PermissionDenied(f"{action} needs {permission}")
+        raise PermissionDenied(f"{action} needs one of " + ", ".join(permission))
     runs = queries.runs_for_action(run_ids=request.POST.getlist("run")[:BULK_LIMIT])
     if not runs:
         messages.error(request, "Select at least one run first.")

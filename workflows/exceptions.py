@@ -202,3 +202,37 @@ class Drift(LifecycleError):
 class LoaderMissing(LifecycleError):
     code = "LOADER_MISSING"
     title = "No loader for the stored document"
+
+
+# --- run viewer and administration -----------------------------------------------------------
+
+
+class NotPermitted(WorkflowError):
+    """The caller lacks the permission an administrative operation needs."""
+
+    code = "NOT_PERMITTED"
+    status = 403
+    title = "Not permitted"
+
+
+class CommandNotFound(WorkflowError):
+    code = "COMMAND_NOT_FOUND"
+    status = 404
+    title = "Command not found"
+
+
+class CommandNotReconcilable(WorkflowError):
+    """Only an OUTCOME_UNKNOWN command can be reconciled (and resolved only with its marker)."""
+
+    code = "COMMAND_NOT_RECONCILABLE"
+    status = 409
+    title = "Command cannot be reconciled"
+
+
+class AlreadyMovedOn(WorkflowError):
+    """A confirmed cancel found the run resumed (by an approver, a signal or a timer) since
+    the confirmation was shown: the run is left alone."""
+
+    code = "ALREADY_MOVED_ON"
+    status = 409
+    title = "The run has already moved on"

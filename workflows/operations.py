@@ -20,9 +20,11 @@ __all__ = [
     "Recorded",
     "await_idle",
     "cancel",
+    "cancel_confirmed",
     "complete_task",
     "migrate",
     "reassign_task",
+    "reconcile_command",
     "retry",
     "signal",
     "start",
@@ -113,6 +115,47 @@ def cancel(*, run_id: Any, reason: str = "", actor: Any = None) -> None:
     Refuses: INSTANCE_NOT_FOUND, SIGNAL_REJECTED (already ended), LOCK_TIMEOUT.
     """
     return _tx("cancel", recording.cancel, run_id=run_id, reason=reason, actor=actors.coerce(actor))
+
+
+def cancel_confirmed(
+    *, run_id: Any, seen_state_version: int, seen_history_seq: int, reason: str = "", actor: Any = None
+) -> None:
+    """Cancel-run confirmation: cancel like :func:`cancel`, unless the run moved on since the
+    operator saw it (``seen_*`` are the run's ``state_version`` and ``history_seq`` shown).
+
+    "Moved on" is: not WAITING any more, another state version, or a step taken (a DECISION
+    logged) after ``seen_history_seq``; a reminder or a parked signal does not count. The check
+    and the teardown hold the run's lock together, so an approver or a timer cannot slip in.
+    Refuses: INSTANCE_NOT_FOUND, ALREADY_MOVED_ON, LOCK_TIMEOUT.
+    """
+    from workflows.engine import reconcile
+
+    return _tx("cancel", reconcile.cancel_confirmed, run_id=run_id, seen_state_version=int(seen_state_version),
+               seen_history_seq=int(seen_history_seq), reason=reason, actor=actors.coerce(actor))
+
+
+def reconcile_command(*, command_id: Any, action: str, reason: str, actor: Any) -> Recorded:
+    """Reconcile an OUTCOME_UNKNOWN command (its effect may have happened): administrators only.
+
+    ``action="replay"`` sets it back to PENDING with its attempts reset (the effect runs
+    again); ``action="resolve"`` sets it back to PENDING with the step of its effect marker
+    recorded as done (the segment skips that effect). A non-blank ``reason`` is required;
+    who, when and why are kept on the command and the history gets COMMAND_RECONCILED.
+    ``actor`` must be a Django superuser or a user with ``workflows.change_command``.
+    Refuses: NOT_PERMITTED, INVALID_PAYLOAD (action, reason), COMMAND_NOT_FOUND,
+    COMMAND_NOT_RECONCILABLE, LOCK_TIMEOUT.
+    """
+    from workflows.engine import reconcile
+    from workflows.exceptions import NotPermitted
+
+    if not (
+        getattr(actor, "is_authenticated", False)
+        and getattr(actor, "is_active", False)
+        and (getattr(actor, "is_superuser", False) or actor.has_perm("workflows.change_command"))
+    ):
+        raise NotPermitted("reconciling a command is for administrators")
+    return _tx("reconcile_command", reconcile.reconcile_command, command_id=command_id, action=action, reason=reason,
+               actor=actors.coerce(actor))
 
 
 def retry(*, run_id: Any, actor: Any = None) -> Recorded:

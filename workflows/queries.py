@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 
 from workflows.exceptions import InstanceNotFound, TaskNotFound
-from workflows.models import Command, HistoryEntry, Park, Run, Task
+from workflows.models import LIVE_STATUSES, Command, DefinitionVersion, HistoryEntry, Park, Run, Task, Timer
 
 
 def run_dict(run: Run) -> dict[str, Any]:
@@ -122,6 +123,215 @@ def decision_schemas_as_written(task: Task) -> dict[str, Any]:
     if not isinstance(step, HumanTaskStep):
         return {}
     return {d.name: d.payload_schema for d in step.decisions if d.payload_schema}
+
+
+# --- the run viewer ------------------------------------------------------------------------------
+
+HISTORY_PAGE = 50
+# timeline filters: a name the page offers -> the entry types it shows (a trailing * is a prefix)
+HISTORY_FILTERS: dict[str, tuple[str, ...]] = {
+    "decisions": ("DECISION", "STATE_BASELINE"),
+    "commands": ("COMMAND_*", "DEAD_LETTERS_REOFFERED"),
+    "signals": ("SIGNAL_*",),
+    "tasks": ("TASK_*",),
+    "timers": ("TIMER_*", "TIMEOUT"),
+    "effects": ("EMAIL_*", "EFFECT_*", "SERVICE_*", "INTENT_*"),
+    "lifecycle": ("WORKFLOW_*", "CANCELLED", "FAILED", "COMPENSATION_*", "MIGRAT*", "BRANCH_*", "JOIN_*", "CALL_*"),
+}
+
+
+def get_run(*, run_id: Any) -> Run:
+    """The run row. Refuses INSTANCE_NOT_FOUND (also for a malformed id)."""
+    try:
+        return Run.objects.get(pk=run_id)
+    except (Run.DoesNotExist, ValueError, TypeError, ValidationError):
+        raise InstanceNotFound("run not found") from None
+
+
+def _types_filter(name: str) -> Q:
+    q = Q()
+    for pattern in HISTORY_FILTERS[name]:
+        q |= Q(type__startswith=pattern[:-1]) if pattern.endswith("*") else Q(type=pattern)
+    return q
+
+
+def history_page(
+    *,
+    run_id: Any,
+    after: int | None = None,
+    before: int | None = None,
+    only: str | None = None,
+    limit: int = HISTORY_PAGE,
+    newest_first: bool = False,
+) -> tuple[list[HistoryEntry], bool]:
+    """One page of a run's history by keyset on ``seq`` (cheap at any depth: the (run, seq)
+    index answers it without counting or skipping rows). Answers (entries, more after them).
+
+    ``after``/``before`` are exclusive seq bounds; ``only`` names one of HISTORY_FILTERS.
+    """
+    qs = HistoryEntry.objects.filter(run_id=run_id)
+    if only:
+        qs = qs.filter(_types_filter(only))
+    if after is not None:
+        qs = qs.filter(seq__gt=after)
+    if before is not None:
+        qs = qs.filter(seq__lt=before)
+    rows = list(qs.order_by("-seq" if newest_first else "seq")[: limit + 1])
+    return rows[:limit], len(rows) > limit
+
+
+def decision_change(*, run_id: Any, seq: int) -> dict[str, Any]:
+    """A DECISION entry with the (logged, redacted) state before and after it and its patch,
+    rebuilt from the latest STATE_BASELINE before it plus the patches in between.
+
+    Answers ``{"entry", "before", "after", "patch", "complete"}``; ``complete`` is False when
+    no baseline precedes the entry (the states cannot be rebuilt). A branch's local decision
+    carries only its patch. Raises HistoryEntry.DoesNotExist for another entry.
+    """
+    from workflows.engine.history import replay
+
+    entry = HistoryEntry.objects.get(run_id=run_id, seq=seq, type="DECISION")
+    result: dict[str, Any] = {"entry": entry, "patch": entry.patch, "before": None, "after": None, "complete": False}
+    if entry.branch_id:
+        return result
+    baseline = (
+        HistoryEntry.objects.filter(run_id=run_id, type="STATE_BASELINE", seq__lt=seq).order_by("-seq").first()
+    )
+    if baseline is None:
+        return result
+    between: list[dict[str, Any]] = [
+        dict(row)
+        for row in HistoryEntry.objects.filter(run_id=run_id, type="DECISION", seq__gt=baseline.seq, seq__lt=seq)
+        .exclude(patch__isnull=True)
+        .order_by("seq")
+        .values("type", "patch", "payload", "branch_id")
+    ]
+    start = {"type": "STATE_BASELINE", "patch": None, "payload": baseline.payload, "branch_id": ""}
+    before = replay([start, *between])
+    if entry.patch is None:
+        # too large to log as a patch: the full state follows at once as a baseline
+        following = HistoryEntry.objects.filter(run_id=run_id, seq=seq + 1, type="STATE_BASELINE").first()
+        after = (following.payload or {}).get("state") if following is not None else None
+    else:
+        after = replay([start, *between, {"type": "DECISION", "patch": entry.patch, "payload": None, "branch_id": ""}])
+    result.update(before=before, after=after, complete=True)
+    return result
+
+
+def path_taken(*, run_id: Any) -> tuple[list[str], set[tuple[str, str]]]:
+    """The steps a run went through (first visit order) and the step-to-step moves it made,
+    from its DECISION entries (per branch), computed in the database."""
+    rows = db_rows(
+        "SELECT prev, step, min(seq) AS first FROM (SELECT seq, step, lag(step) OVER (PARTITION BY branch_id "
+        "ORDER BY seq) AS prev FROM workflow_history WHERE run_id = %s AND type = 'DECISION') moves "
+        "GROUP BY prev, step ORDER BY first",
+        [run_id],
+    )
+    visited: dict[str, None] = {}
+    moves: set[tuple[str, str]] = set()
+    for prev, step, _first in rows:
+        if step:
+            visited.setdefault(step, None)
+        if prev and step and prev != step:
+            moves.add((prev, step))
+    return list(visited), moves
+
+
+def db_rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
+def plan_of(run: Run) -> Any:
+    """The plan a run is pinned to (for its picture), or None when it cannot be built here.
+    A retired or withdrawn revision is still compiled from its stored text for viewing."""
+    from workflows.definitions import cache
+    from workflows.definitions.lifecycle import build_row
+    from workflows.exceptions import VersionNotRunnable, WorkflowError
+
+    try:
+        return cache.get_plan(scope=run.scope, definition_id=run.definition_id, version=run.version,
+                              expected_hash=run.plan_hash)
+    except VersionNotRunnable:
+        row = DefinitionVersion.objects.filter(
+            scope=run.scope, definition_id=run.definition_id, version=run.version
+        ).first()
+        if row is None:
+            return None
+        try:
+            return build_row(row)
+        except WorkflowError:
+            return None
+    except WorkflowError:
+        return None
+
+
+def run_commands(*, run_id: Any, limit: int = 200) -> list[Command]:
+    """A run's queue, newest first (bounded: a long-lived run may hold many settled commands)."""
+    return list(Command.objects.filter(run_id=run_id).order_by("-seq")[:limit])
+
+
+def commands_by_id(ids: Any) -> dict[int, Command]:
+    return {c.id: c for c in Command.objects.filter(id__in=[i for i in ids if i is not None])}
+
+
+def run_parks(*, run_id: Any) -> list[Park]:
+    return list(Park.objects.filter(run_id=run_id).order_by("-since", "-id")[:200])
+
+
+def open_tasks(*, run_id: Any) -> list[Task]:
+    return list(Task.objects.filter(run_id=run_id, status__in=["OPEN", "COMPLETING"]).order_by("created_at"))
+
+
+def scheduled_timers(*, run_id: Any) -> list[Timer]:
+    return list(Timer.objects.filter(run_id=run_id, status="SCHEDULED").order_by("fire_at"))
+
+
+def called_runs(*, run_id: Any, live_only: bool = True, limit: int = 200) -> list[Run]:
+    """The runs this run called, all the way down (breadth first, bounded)."""
+    found: list[Run] = []
+    frontier = [run_id]
+    while frontier and len(found) < limit:
+        qs = Run.objects.filter(parent_run_id__in=frontier).order_by("created_at")
+        if live_only:
+            qs = qs.filter(status__in=[*LIVE_STATUSES, "FAILED"])
+        children = list(qs[: limit - len(found)])
+        found.extend(children)
+        frontier = [c.id for c in children]
+    return found
+
+
+def cancel_preview(*, run_id: Any) -> dict[str, Any]:
+    """What cancelling a run would end: its open approvals, armed timers, called runs and the
+    commands still queued (they settle CANCELLED)."""
+    return {
+        "tasks": open_tasks(run_id=run_id),
+        "timers": scheduled_timers(run_id=run_id),
+        "called_runs": called_runs(run_id=run_id),
+        "queued": Command.objects.filter(
+            run_id=run_id, status__in=["PENDING", "DEFERRED", "CLAIMED", "PARKED", "DEAD"]
+        ).count(),
+    }
+
+
+def started_by(*, run_id: Any) -> Command | None:
+    """The START command of a run (its actor columns say who started it)."""
+    return Command.objects.filter(run_id=run_id, kind="START").order_by("seq").first()
+
+
+def viewable_state(run: Run) -> Any:
+    """The run's current state as staff pages show it: the values at its definition's
+    redacted pointers replaced, as in the history (a failing redactor hides it all)."""
+    from workflows.engine import redaction
+
+    try:
+        pointers = redaction.pointers_of(run.definition_id, run.version)
+    except redaction.RedactionFailed:
+        return redaction.REDACTED
+    return redaction.redact(run.state, pointers)
 
 
 # --- migration of parked runs (the Migrate dialog and the bulk API) --------------------------

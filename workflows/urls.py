@@ -1,6 +1,6 @@
 """The approvers' pages: ``/tasks/`` (inbox) and ``/tasks/<id>/`` (a task and its decisions)."""
 
-from django.urls import path
+from django.urls import include, path
 
 from workflows.views import tasks
 
@@ -9,4 +9,5 @@ app_name = "workflows"
 urlpatterns = [
     path("tasks/", tasks.inbox, name="inbox"),
     path("tasks/<uuid:task_id>/", tasks.task_page, name="task"),
+    path("runs/", include("workflows.urls_runs")),
 ]

@@ -1,0 +1,461 @@
+"""The run viewer (staff): ``/runs/`` and ``/runs/<id>/``, and the cancel-run confirmation.
+
+A run's page explains it: the header (status, pin, subject, business key, who started it),
+a picture of its graph with the current position(s) and the path taken, the timeline of its
+history (paged by keyset on ``seq`` so a run with 10,000 entries opens as fast as one with
+ten; filtered and paged through htmx fragments, plain links without JavaScript), the state
+before and after any DECISION (rebuilt from the decision log), the command queue with its
+errors, open tasks and timers, and its parks — where it waited and who moved it.
+
+Cancel run lives on a waiting run's page for users with ``workflows.change_definitionversion``
+(others see no button and are refused with 403). The confirmation says it cannot be undone,
+lists what it will cancel, and carries the run's ``state_version`` and ``history_seq`` as
+shown; ``operations.cancel_confirmed`` leaves the run alone when it moved on meanwhile.
+
+Reads go through ``workflows.queries``, writes through ``workflows.operations``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_GET, require_http_methods
+
+from workflows import operations, queries
+from workflows.exceptions import AlreadyMovedOn, InstanceNotFound, LockTimeout, PersistenceError
+from workflows.models import HistoryEntry, Run, RunStatus
+from workflows.views.graph import render_svg
+
+CANCEL_PERMISSION = "workflows.change_definitionversion"
+RUNS_PAGE = 50
+VALUE_CHARS = 160  # a value shown inline in the timeline is cut here (the full one is a click away)
+
+
+def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Signed-out visitors go to the sign-in page; signed-in non-staff are refused (403)."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not request.user.is_staff:
+            raise PermissionDenied("the run viewer is for staff")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _can_cancel(request: HttpRequest) -> bool:
+    return bool(request.user.has_perm(CANCEL_PERMISSION))
+
+
+def _run_or_404(run_id: uuid.UUID) -> Run:
+    try:
+        return queries.get_run(run_id=run_id)
+    except InstanceNotFound:
+        raise Http404("run not found") from None
+
+
+def _int(value: Any) -> int | None:
+    try:
+        number = int(str(value))
+    except (TypeError, ValueError):
+        return None
+    return number if number >= 0 else None
+
+
+# --- presentation helpers ------------------------------------------------------------------
+
+
+def _compact(value: Any, limit: int = VALUE_CHARS) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str)
+
+
+def actor_text(kind: str, ident: str, reason: str = "", on_behalf_of: str = "", status: str = "") -> str:
+    """Who asked, in words: "alice", "timer (system)", "billing (service) for alice", "—"."""
+    if kind == "USER":
+        text = ident or "unknown user"
+    elif kind == "SERVICE":
+        text = f"{ident or 'unknown'} (service)"
+    elif kind == "SYSTEM":
+        text = f"{reason or 'engine'} (system)"
+    else:
+        return "—"
+    if on_behalf_of:
+        text += f" for {on_behalf_of}"
+    if status == "DEGRADED":
+        text += " (unverified)"
+    return text
+
+
+def _actor_of(row: Any) -> str:
+    return actor_text(row.actor_kind, row.actor_id, row.actor_reason, row.on_behalf_of, row.attribution_status)
+
+
+def humanise(entry_type: str) -> str:
+    return entry_type.replace("_", " ").capitalize()
+
+
+def _pointer_text(pointer: str) -> str:
+    return pointer or "(whole state)"
+
+
+def _value_at(document: Any, pointer: str) -> tuple[bool, Any]:
+    current = document
+    if pointer == "":
+        return True, current
+    for raw in pointer[1:].split("/"):
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(current, dict) and token in current:
+            current = current[token]
+        elif isinstance(current, list) and token.isdigit() and int(token) < len(current):
+            current = current[int(token)]
+        else:
+            return False, None
+    return True, current
+
+
+def patch_lines(patch: Any) -> list[dict[str, str]]:
+    """A patch as lines a person reads: "set /paid to 12.5", "removed /note"."""
+    lines = []
+    for op in patch or []:
+        kind = op.get("op", "")
+        words = {"add": "added", "replace": "set", "remove": "removed"}.get(kind, kind)
+        lines.append(
+            {
+                "op": kind,
+                "words": words,
+                "path": _pointer_text(op.get("path", "")),
+                "value": _compact(op["value"]) if "value" in op else "",
+            }
+        )
+    return lines
+
+
+def change_rows(before: Any, after: Any, patch: Any) -> list[dict[str, Any]]:
+    """Field | before | after, for each path the patch touched."""
+    rows = []
+    for op in patch or []:
+        path = op.get("path", "")
+        had, old = _value_at(before, path)
+        has, new = _value_at(after, path)
+        rows.append(
+            {
+                "path": _pointer_text(path),
+                "op": op.get("op", ""),
+                "before": _compact(old) if had else "",
+                "after": _compact(new) if has else "",
+                "had": had,
+                "has": has,
+            }
+        )
+    return rows
+
+
+def _details(entry: HistoryEntry) -> dict[str, Any]:
+    """What a timeline row says about an entry besides its type, step and actor."""
+    payload = entry.payload if isinstance(entry.payload, dict) else None
+    info: dict[str, Any] = {"lines": [], "patch": [], "full": ""}
+    if entry.type == "DECISION":
+        if entry.patch is None:
+            info["lines"].append("State change too large for a patch: the full state was logged next.")
+        elif entry.patch == []:
+            info["lines"].append("State unchanged.")
+        info["patch"] = patch_lines(entry.patch)
+    elif entry.type == "STATE_BASELINE" and payload is not None:
+        info["lines"].append("Full state logged (the decision log replays from here).")
+        info["full"] = _pretty(payload.get("state"))
+    elif payload is not None:
+        for key in ("signal", "decision", "task", "kind", "reason", "count", "recipients", "action"):
+            if key in payload and payload[key] not in (None, ""):
+                info["lines"].append(f"{key}: {_compact(payload[key], 80)}")
+        if "assignment" in payload and isinstance(payload["assignment"], dict):
+            a = payload["assignment"]
+            info["lines"].append(f"assigned to {a.get('mode', '')} {a.get('value', '')}".strip())
+        if "payload" in payload:
+            info["lines"].append(f"payload: {_compact(payload['payload'])}")
+            info["full"] = _pretty(payload["payload"])
+    return info
+
+
+def timeline_rows(entries: list[HistoryEntry], step_types: dict[str, str]) -> list[dict[str, Any]]:
+    commands = queries.commands_by_id({e.command_id for e in entries})
+    rows = []
+    for e in entries:
+        cmd = commands.get(e.command_id) if e.command_id is not None else None
+        outcome = e.outcome
+        if e.type == "DECISION" and step_types.get(e.step) == "decision" and outcome:
+            outcome = f"chose {outcome}"
+        rows.append(
+            {
+                "entry": e,
+                "label": humanise(e.type),
+                "actor": _actor_of(e),
+                "command": f"{cmd.kind} #{cmd.seq}" if cmd is not None else "",
+                "command_id": cmd.id if cmd is not None else None,
+                "outcome": outcome,
+                "version_change": (
+                    f"v{e.state_version_before} → v{e.state_version_after}"
+                    if e.type == "DECISION" and e.state_version_before != e.state_version_after
+                    else ""
+                ),
+                "is_decision": e.type == "DECISION",
+                **_details(e),
+            }
+        )
+    return rows
+
+
+def _step_types(plan: Any) -> dict[str, str]:
+    return {sid: step.type for sid, step in plan.steps.items()} if plan is not None else {}
+
+
+# --- list ---------------------------------------------------------------------------------
+
+
+@staff_required
+@require_GET
+def run_list(request: HttpRequest) -> HttpResponse:
+    status = request.GET.get("status", "")
+    definition = request.GET.get("definition", "").strip()[:255]
+    q = request.GET.get("q", "").strip()[:255]
+    qs = queries.runs()
+    if status in RunStatus.values:
+        qs = qs.filter(status=status)
+    if definition:
+        qs = qs.filter(definition_id=definition)
+    if q:
+        try:
+            qs = qs.filter(id=uuid.UUID(q))
+        except ValueError:
+            qs = qs.filter(business_key=q)
+    before = request.GET.get("before", "")
+    if before:
+        try:
+            anchor = queries.get_run(run_id=before)
+        except InstanceNotFound:
+            anchor = None
+        if anchor is not None:
+            # keyset on (created_at, id): the next page starts below the last row shown
+            from django.db.models import Q
+
+            qs = qs.filter(Q(created_at__lt=anchor.created_at) | Q(created_at=anchor.created_at, id__lt=anchor.id))
+    rows = list(qs.order_by("-created_at", "-id")[: RUNS_PAGE + 1])
+    more = len(rows) > RUNS_PAGE
+    rows = rows[:RUNS_PAGE]
+    params = request.GET.copy()
+    params.pop("before", None)
+    if rows:
+        params["before"] = str(rows[-1].id)
+    context = {
+        "runs": rows,
+        "statuses": RunStatus.values,
+        "status": status,
+        "definition": definition,
+        "q": q,
+        "more_url": f"?{params.urlencode()}" if more else "",
+        "filtered": bool(status or definition or q or before),
+    }
+    return render(request, "workflows/runs/list.html", context)
+
+
+# --- one run ------------------------------------------------------------------------------
+
+
+def _history_params(request: HttpRequest) -> dict[str, Any]:
+    only = request.GET.get("only", "")
+    return {
+        "only": only if only in queries.HISTORY_FILTERS else "",
+        "newest_first": request.GET.get("order", "") == "newest",
+        "after": _int(request.GET.get("after")),
+    }
+
+
+def _history_context(run: Run, plan: Any, params: dict[str, Any]) -> dict[str, Any]:
+    after = params["after"]
+    newest = params["newest_first"]
+    entries, more = queries.history_page(
+        run_id=run.id,
+        only=params["only"] or None,
+        after=None if newest else after,
+        before=after if newest else None,
+        newest_first=newest,
+    )
+    next_cursor = entries[-1].seq if entries and more else None
+    query = {"only": params["only"], "order": "newest" if newest else "oldest"}
+    query_string = "&".join(f"{k}={v}" for k, v in query.items() if v)
+    return {
+        "run": run,
+        "rows": timeline_rows(entries, _step_types(plan)),
+        "next_cursor": next_cursor,
+        "history_query": query_string,
+        "only": params["only"],
+        "newest_first": newest,
+        "filters": list(queries.HISTORY_FILTERS),
+    }
+
+
+@staff_required
+@require_GET
+def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = _run_or_404(run_id)
+    plan = queries.plan_of(run)
+    open_parks = [p for p in queries.run_parks(run_id=run.id) if p.left_at is None]
+    positions = [p.node for p in open_parks]
+    if not positions and run.status in ("WAITING", "RUNNING", "PENDING", "FAILED") and run.current_step:
+        positions = [run.current_step]
+    visited, moves = queries.path_taken(run_id=run.id)
+    graph = ""
+    if plan is not None:
+        graph = render_svg(
+            plan,
+            highlight=positions,
+            visited=visited,
+            taken=moves,
+            title=f"Graph of {run.definition_id} version {run.version}",
+        )
+    start = queries.started_by(run_id=run.id)
+    context = {
+        "run": run,
+        "plan": plan,
+        "graph": mark_safe(graph),  # noqa: S308  (render_svg escapes every text it writes)
+        "positions": positions,
+        "path": visited,
+        "started_by": actor_text(
+            start.actor_kind, start.actor_id, start.actor_reason, start.on_behalf_of, start.attribution_status
+        )
+        if start is not None
+        else "—",
+        "started_at": start.recorded_at if start is not None else run.created_at,
+        "state_text": _pretty(queries.viewable_state(run)),
+        "commands": queries.run_commands(run_id=run.id),
+        "tasks": queries.open_tasks(run_id=run.id),
+        "timers": queries.scheduled_timers(run_id=run.id),
+        "parks": queries.run_parks(run_id=run.id),
+        "called_runs": queries.called_runs(run_id=run.id, live_only=False),
+        "can_cancel": _can_cancel(request) and run.status == "WAITING",
+        **_history_context(run, plan, _history_params(request)),
+    }
+    return render(request, "workflows/runs/detail.html", context)
+
+
+@staff_required
+@require_GET
+def run_history(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    """The timeline rows (htmx fragment); without htmx, the run page at that position."""
+    run = _run_or_404(run_id)
+    if not getattr(request, "htmx", False):
+        url = reverse("workflows:runs:detail", args=[run.id])
+        return HttpResponseRedirect(f"{url}?{request.GET.urlencode()}#timeline")
+    context = _history_context(run, queries.plan_of(run), _history_params(request))
+    template = "workflows/runs/_history_rows.html" if request.GET.get("after") else "workflows/runs/_history.html"
+    return render(request, template, context)
+
+
+@staff_required
+@require_GET
+def decision_change(request: HttpRequest, run_id: uuid.UUID, seq: int) -> HttpResponse:
+    """The state before and after one DECISION, with its patch (fragment or page)."""
+    run = _run_or_404(run_id)
+    try:
+        change = queries.decision_change(run_id=run.id, seq=seq)
+    except HistoryEntry.DoesNotExist:
+        raise Http404("no such decision") from None
+    context = {
+        "run": run,
+        "entry": change["entry"],
+        "actor": _actor_of(change["entry"]),
+        "complete": change["complete"],
+        "before_text": _pretty(change["before"]) if change["complete"] else "",
+        "after_text": _pretty(change["after"]) if change["complete"] else "",
+        "rows": change_rows(change["before"], change["after"], change["patch"]) if change["complete"] else [],
+        "patch": patch_lines(change["patch"]),
+        "patch_missing": change["patch"] is None,
+        "branch": change["entry"].branch_id,
+    }
+    template = "workflows/runs/_change.html" if getattr(request, "htmx", False) else "workflows/runs/change.html"
+    return render(request, template, context)
+
+
+# --- cancel run ---------------------------------------------------------------------------
+
+
+@staff_required
+@require_http_methods(["GET", "POST"])
+def run_cancel(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    if not _can_cancel(request):
+        raise PermissionDenied("cancelling a run needs change permission on workflow definitions")
+    run = _run_or_404(run_id)
+    source = request.POST if request.method == "POST" else request.GET
+    seen_version = _int(source.get("seen_state_version"))
+    seen_seq = _int(source.get("seen_history_seq"))
+    if request.method == "GET":
+        if seen_version is None or seen_seq is None:
+            # opened directly: confirm against what this page shows now
+            seen_version, seen_seq = run.state_version, run.history_seq
+        return _confirmation(request, run, seen_version, seen_seq)
+    if seen_version is None or seen_seq is None:
+        return HttpResponseBadRequest("The confirmation form is incomplete; open it again from the run's page.")
+    reason = " ".join(str(request.POST.get("reason", "")).split())[:255]
+    try:
+        operations.cancel_confirmed(
+            run_id=run.id,
+            seen_state_version=seen_version,
+            seen_history_seq=seen_seq,
+            reason=reason,
+            actor=request.user,
+        )
+    except AlreadyMovedOn:
+        run.refresh_from_db()
+        return _confirmation(request, run, seen_version, seen_seq, moved_on=True, status=409)
+    except (LockTimeout, PersistenceError):
+        return _confirmation(
+            request,
+            run,
+            seen_version,
+            seen_seq,
+            status=503,
+            notice="The run is busy right now; nothing was cancelled. Try again in a moment.",
+        )
+    messages.success(request, "The run was cancelled, with everything it had open.")
+    return HttpResponseRedirect(reverse("workflows:runs:detail", args=[run.id]))
+
+
+def _confirmation(
+    request: HttpRequest,
+    run: Run,
+    seen_version: int,
+    seen_seq: int,
+    *,
+    moved_on: bool = False,
+    notice: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    waiting = run.status == "WAITING"
+    context = {
+        "run": run,
+        "seen_state_version": seen_version,
+        "seen_history_seq": seen_seq,
+        "moved_on": moved_on,
+        "not_waiting": not waiting and not moved_on,
+        "notice": notice,
+        "preview": queries.cancel_preview(run_id=run.id) if waiting and not moved_on else None,
+        "reason": str(request.POST.get("reason", ""))[:255] if request.method == "POST" else "",
+    }
+    return render(request, "workflows/runs/cancel.html", context, status=status)

@@ -371,10 +371,10 @@ def runs_at_position(
 
 
 def migration_records(*, scope: str | None = None, definition_id: str | None = None) -> QuerySet[Any]:
-    """Migration records, newest first (discarded previews left out)."""
+    """Applied migration records, newest first (previews never applied are left out)."""
     from workflows.models import MigrationRecord
 
-    qs = MigrationRecord.objects.exclude(status="DISCARDED").order_by("-created_at", "-id")
+    qs = MigrationRecord.objects.filter(status__in=["APPLYING", "DONE"]).order_by("-created_at", "-id")
     if scope is not None:
         qs = qs.filter(scope=scope)
     if definition_id is not None:
@@ -408,6 +408,28 @@ def migration_row_facts(*, record_id: Any) -> list[dict[str, Any]]:
     from workflows.engine import migration
 
     return migration.row_facts(record_id=int(record_id))
+
+
+def assignee_names(*, mode: str, value: str, limit: int = 10) -> list[str]:
+    """Who an assignment reaches (the users a new task notifies): the user, or the active
+    members of the group (at most ``limit``)."""
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model().objects.filter(is_active=True)
+    if mode == "user":
+        users = users.filter(username=value)
+    elif mode == "group":
+        users = users.filter(groups__name=value)
+    else:
+        return []
+    return list(users.order_by("username").values_list("username", flat=True)[:limit])
+
+
+def migration_plan(*, scope: str, definition_id: str, version: int) -> Any:
+    """The plan of a revision for the Migrate dialog (None when this node cannot build it)."""
+    from workflows.engine import migration
+
+    return migration.plan_of(scope, definition_id, int(version))
 
 
 def migration_target_facts(*, scope: str, definition_id: str, version: int, node: str) -> dict[str, Any]:

@@ -10,4 +10,5 @@ urlpatterns = [
     path("tasks/", tasks.inbox, name="inbox"),
     path("tasks/<uuid:task_id>/", tasks.task_page, name="task"),
     path("runs/", include("workflows.urls_runs")),
+    path("migrate/", include("workflows.urls_migrate")),
 ]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -807,7 +808,9 @@ def describe_target(step: p.Step | None) -> dict[str, Any]:
             if a.mode == "expression"
             else {"mode": "group" if a.mode == "role" else a.mode, "value": a.value or ""}
         )
-        facts["title"] = step.title or step.id
+        # placeholders are filled from each run's state when the task opens
+        facts["title"] = re.sub(r"\{\{.*?\}\}", "…", step.title or step.id)
+        facts["title_varies"] = "{{" in (step.title or "") or step.title_template is not None
         if step.due is not None:
             facts["due_seconds"] = step.due.delay.seconds
             facts["due_computed"] = step.due.delay.at is not None

@@ -1,0 +1,583 @@
+"""The Migrate dialog: move a backlog of parked runs between two revisions, a position at a time.
+
+``/migrate/<scope>/<definition_id>/`` picks one source and one target revision (any revision
+the workflow ever had) and shows one row per position of the source — a node and a kind of
+wait with the number of runs parked there — never one row per run, so the dialog is the same
+size for twenty runs or two hundred thousand. A row's count opens a picker of the runs behind
+it (paged, searchable by business key); nothing is selected until the user selects. Per row:
+Move (to a node of the target; the same id is preselected where it exists), Cancel or End.
+
+Preview freezes the selected runs in a migration record and says what Apply will do, per row
+(approvals withdrawn and reopened for whom, timers restarted with their new due times, runs
+cancelled or ended); a batch of more than 100 runs needs its size typed back. Apply records
+one MIGRATION command per run in bounded batches (``MIGRATE.APPLY_BATCH``): the answer shows
+what was moved, what is left (a progress bar) and Apply continues. A run that an approver or a
+timer moved on meanwhile is listed, not forced. Every applied migration stays readable as a
+record (who, when, why, source → target, rows, each run's outcome).
+
+The whole dialog is one form whose state lives in the page (htmx swaps fragments in place;
+each fragment is also a plain page without JavaScript). Reads go through ``workflows.queries``,
+writes through ``workflows.operations``. Only users with ``workflows.change_definitionversion``
+or ``workflows.migrate_runs`` see or use it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_GET, require_POST
+
+from workflows import conf, definitions, operations, queries
+from workflows.exceptions import InvalidPayload, LockTimeout, MigrationIllegalState, PersistenceError
+
+PERMISSIONS = ("workflows.change_definitionversion", "workflows.migrate_runs")
+PICKER_PAGE = 20
+MAX_ROWS = 500  # positions are bounded by the graph; this only bounds a forged form
+MAX_PICKED = 5000  # runs picked one by one; "all at this position" has no such bound
+LARGE_BATCH = 100
+OUTCOMES_PAGE = 50
+
+KIND_LABELS = {
+    "TASK": "approval",
+    "TIMER": "timer",
+    "SIGNAL": "signal wait",
+    "CALL": "called run",
+    "JOIN": "join of a fork",
+    "BRANCH": "branch",
+}
+STATUS_LABELS = {
+    "SELECTED": "not applied yet",
+    "RECORDED": "waiting for the executor",
+    "MOVED": "moved",
+    "CANCELLED": "cancelled",
+    "ENDED": "ended",
+    "MOVED_ON": "already moved on",
+    "REJECTED": "rejected",
+}
+ACTION_LABELS = {"move": "Move", "cancel": "Cancel", "end": "End"}
+
+
+def can_migrate(user: Any) -> bool:
+    return bool(getattr(user, "is_authenticated", False) and any(user.has_perm(p) for p in PERMISSIONS))
+
+
+def migrate_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Signed-out visitors go to the sign-in page; others need a migrate permission (403)."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not can_migrate(request.user):
+            raise PermissionDenied("migrating runs needs change permission on workflow definitions")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _htmx(request: HttpRequest) -> bool:
+    return bool(getattr(request, "htmx", False))
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+# --- revisions ---------------------------------------------------------------------------------
+
+
+def _revisions(scope: str, definition_id: str) -> list[dict[str, Any]]:
+    """Every revision the workflow ever had in this scope (published or later), with its parked
+    runs and whether it is the current one."""
+    try:
+        records = definitions.list(scope=scope, definition_id=definition_id)
+    except InvalidPayload:
+        return []
+    parked = queries.parked_by_version(definition_id=definition_id)
+    current = next(
+        (
+            a.version
+            for a in definitions.activations(scope=scope)
+            if a.definition_id == definition_id and a.target_scope == scope
+        ),
+        None,
+    )
+    return [
+        {
+            "version": r.version,
+            "status": r.status,
+            "available": r.status == "AVAILABLE" and not r.failure,
+            "parked": parked.get((scope, r.version), 0),
+            "current": r.version == current,
+        }
+        for r in records
+        if r.status not in ("CANDIDATE", "PUBLISHING")
+    ]
+
+
+def _default_pair(revisions: list[dict[str, Any]]) -> tuple[int, int]:
+    """The newest available revision as the target; as the source, the oldest other revision
+    with parked runs (or the target itself when only it has any)."""
+    available = [r["version"] for r in revisions if r["available"]]
+    target = max(available) if available else max(r["version"] for r in revisions)
+    parked = [r["version"] for r in revisions if r["parked"]]
+    source = next((v for v in parked if v != target), parked[0] if parked else target)
+    return source, target
+
+
+# --- the dialog --------------------------------------------------------------------------------
+
+
+@migrate_required
+@require_GET
+def dialog(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse:
+    revisions = _revisions(scope, definition_id)
+    if not revisions:
+        raise Http404("no such workflow")
+    known = {r["version"] for r in revisions}
+    default_source, default_target = _default_pair(revisions)
+    asked_source, asked_target = _int(request.GET.get("source")), _int(request.GET.get("target"))
+    source = asked_source if asked_source in known and asked_source is not None else default_source
+    target = asked_target if asked_target in known and asked_target is not None else default_target
+    context = {
+        "scope": scope,
+        "definition_id": definition_id,
+        "revisions": revisions,
+        "total_parked": sum(r["parked"] for r in revisions),
+        **_pair(scope, definition_id, source, target, revisions),
+    }
+    if _htmx(request) and request.headers.get("HX-Target") == "pair":
+        return render(request, "workflows/migrate/_pair.html", context)
+    return render(request, "workflows/migrate/dialog.html", context)
+
+
+def _pair(scope: str, definition_id: str, source: int, target: int, revisions: list[dict[str, Any]]) -> dict[str, Any]:
+    from workflows.views.graph import render_svg
+
+    positions = queries.migration_positions(scope=scope, definition_id=definition_id, version=source)
+    source_plan = queries.migration_plan(scope=scope, definition_id=definition_id, version=source)
+    target_plan = queries.migration_plan(scope=scope, definition_id=definition_id, version=target)
+    nodes = [(sid, step.type) for sid, step in target_plan.steps.items()] if target_plan is not None else []
+    node_ids = {n for n, _ in nodes}
+    rows = []
+    for i, pos in enumerate(positions):
+        movable = pos.kind != "JOIN"
+        choices = [(f"move:{n}", f"Move to {n} ({t})") for n, t in nodes] if movable else []
+        choices += [("cancel", "Cancel the runs"), ("end", "End the runs (completed)")]
+        rows.append(
+            {
+                "i": i,
+                "node": pos.node,
+                "kind": pos.kind,
+                "kind_label": KIND_LABELS.get(pos.kind, pos.kind.lower()),
+                "runs": pos.runs,
+                "oldest": pos.oldest,
+                "choices": choices,
+                "default": f"move:{pos.node}" if movable and pos.node in node_ids else "",
+                "in_target": pos.node in node_ids,
+                "movable": movable,
+            }
+        )
+    graph = ""
+    if source_plan is not None:
+        svg = render_svg(
+            source_plan,
+            highlight=[r["node"] for r in rows],
+            counts={r["node"]: r["runs"] for r in rows},
+            title=f"{definition_id} revision {source}",
+        )
+        graph = mark_safe(svg)  # noqa: S308  (render_svg escapes every text it draws)
+    by_version = {r["version"]: r for r in revisions}
+    return {
+        "source": source,
+        "target": target,
+        "source_revision": by_version.get(source),
+        "target_revision": by_version.get(target),
+        "rows": rows,
+        "parked_here": sum(r["runs"] for r in rows),
+        "graph": graph,
+        "target_readable": target_plan is not None,
+    }
+
+
+# --- the picker ---------------------------------------------------------------------------------
+
+
+def _picked(data: QueryDict, i: int) -> list[str]:
+    found: list[str] = []
+    seen: set[str] = set()
+    for value in data.getlist(f"run_{i}")[:MAX_PICKED]:
+        try:
+            run_id = str(uuid.UUID(str(value)))
+        except ValueError:
+            continue
+        if run_id not in seen:
+            seen.add(run_id)
+            found.append(run_id)
+    return found
+
+
+@migrate_required
+@require_POST
+def picker(request: HttpRequest, scope: str, definition_id: str, i: int) -> HttpResponse:
+    data = request.POST
+    source = _int(data.get("source"))
+    node, kind = str(data.get(f"node_{i}", ""))[:255], str(data.get(f"kind_{i}", ""))[:8]
+    if source is None or not node or not kind:
+        return HttpResponse("The dialog is incomplete; open it again.", status=400)
+    count = _int(data.get(f"count_{i}")) or 0
+    search = " ".join(str(data.get(f"q_{i}", "")).split())[:255]
+    page_offset = _int(data.get(f"page_offset_{i}"))
+    offset = max(0, page_offset if page_offset is not None else (_int(data.get(f"offset_{i}")) or 0))
+    clear = data.get(f"clear_{i}") == "1"
+    picked = [] if clear else _picked(data, i)
+    everything = not clear and data.get(f"all_{i}") == "1"
+    runs, matching = queries.runs_at_position(
+        scope=scope,
+        definition_id=definition_id,
+        version=source,
+        node=node,
+        kind=kind,
+        search=search,
+        offset=offset,
+        limit=PICKER_PAGE,
+    )
+    if offset and not runs and matching:  # the search narrowed the list below this page
+        offset = 0
+        runs, matching = queries.runs_at_position(
+            scope=scope,
+            definition_id=definition_id,
+            version=source,
+            node=node,
+            kind=kind,
+            search=search,
+            offset=0,
+            limit=PICKER_PAGE,
+        )
+    on_page = {str(r["id"]) for r in runs}
+    context = {
+        "i": i,
+        "node": node,
+        "count": count,
+        "search": search,
+        "offset": offset,
+        "runs": [{**r, "id": str(r["id"]), "picked": str(r["id"]) in picked} for r in runs],
+        "matching": matching,
+        "previous": max(0, offset - PICKER_PAGE) if offset else None,
+        "next": offset + PICKER_PAGE if offset + PICKER_PAGE < matching else None,
+        "first": offset + 1 if runs else 0,
+        "last": offset + len(runs),
+        "everything": everything,
+        "picked_elsewhere": [r for r in picked if r not in on_page],
+        "picked_count": count if everything else len(picked),
+        "picker_url": reverse("workflows:migrate:picker", args=[scope, definition_id, i]),
+    }
+    return render(request, "workflows/migrate/_picker.html", context)
+
+
+# --- preview ------------------------------------------------------------------------------------
+
+
+def _rows_from(data: QueryDict) -> tuple[list[dict[str, Any]], list[str]]:
+    rows: list[dict[str, Any]] = []
+    problems: list[str] = []
+    n = min(_int(data.get("rows")) or 0, MAX_ROWS)
+    for i in range(n):
+        node, kind = str(data.get(f"node_{i}", ""))[:255], str(data.get(f"kind_{i}", ""))[:8]
+        if not node or not kind:
+            continue
+        runs: str | list[str] = "all" if data.get(f"all_{i}") == "1" else _picked(data, i)
+        if not runs:
+            continue  # a row with nothing selected does nothing
+        do = str(data.get(f"do_{i}", ""))
+        if do.startswith("move:") and len(do) > 5:
+            action, target_node = "move", do[5:][:255]
+        elif do in ("cancel", "end"):
+            action, target_node = do, ""
+        else:
+            problems.append(f"Choose what to do with the runs selected at {node}.")
+            continue
+        rows.append({"node": node, "kind": kind, "action": action, "target_node": target_node, "runs": runs})
+    return rows, problems
+
+
+@migrate_required
+@require_POST
+def preview(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse:
+    data = request.POST
+    source, target = _int(data.get("source")), _int(data.get("target"))
+    if source is None or target is None:
+        return _message(request, "The dialog is incomplete; open it again.", status=400)
+    rows, problems = _rows_from(data)
+    if problems:
+        return _message(request, " ".join(problems), status=422, tone="error")
+    reason = " ".join(str(data.get("reason", "")).split())[:500]
+    try:
+        record_id = operations.migration_preview(
+            scope=scope,
+            definition_id=definition_id,
+            source_version=source,
+            target_version=target,
+            rows=rows,
+            actor=request.user,
+            reason=reason,
+        )
+    except InvalidPayload as error:
+        return _message(request, _violations(error), status=422, tone="error")
+    if record_id is None:
+        return _message(
+            request,
+            "Nothing is selected, so Apply would change nothing. Choose runs with a row's count first.",
+            tone="info",
+        )
+    return _render_preview(request, record_id)
+
+
+def _violations(error: InvalidPayload) -> str:
+    texts = {
+        "/source_version": "The source revision does not exist.",
+        "/target_version": "The target revision does not exist or cannot be read here.",
+    }
+    out = []
+    for v in error.violations:
+        if v.pointer.endswith("/target_node"):
+            out.append("A row moves its runs to a node the target revision does not have.")
+        elif v.pointer.endswith("/action"):
+            out.append("A row asks for an action other than Move, Cancel or End.")
+        else:
+            out.append(texts.get(v.pointer, "The selection could not be frozen."))
+    return " ".join(dict.fromkeys(out)) or "The selection could not be frozen."
+
+
+def _render_preview(request: HttpRequest, record_id: int, *, error: str = "", status: int = 200) -> HttpResponse:
+    record = queries.migration_record(record_id=record_id)
+    return render(
+        request, "workflows/migrate/_preview.html", {**_preview_context(record), "error": error}, status=status
+    )
+
+
+def _preview_context(record: Any) -> dict[str, Any]:
+    now = queries.database_now()
+    facts = {f["row"]: f for f in queries.migration_row_facts(record_id=record.id)}
+    target_revision = next(
+        (r for r in _revisions(record.scope, record.definition_id) if r["version"] == record.target_version), None
+    )
+    rows = []
+    for row in record.rows:
+        f = facts.get(row["row"], {"tasks": [], "timers": {}, "counts": {}})
+        entry: dict[str, Any] = {
+            **row,
+            "kind_label": KIND_LABELS.get(row["kind"], row["kind"].lower()),
+            "selected": f["counts"].get("SELECTED", 0),
+            "withdrawn": [{**t, "names": queries.assignee_names(mode=t["mode"], value=t["value"])} for t in f["tasks"]],
+            "withdrawn_total": sum(t["count"] for t in f["tasks"]),
+            "timers": f["timers"],
+            "timers_total": sum(f["timers"].values()),
+        }
+        if row["action"] == "move":
+            target = queries.migration_target_facts(
+                scope=record.scope,
+                definition_id=record.definition_id,
+                version=record.target_version,
+                node=row["target_node"],
+            )
+            entry["target"] = target
+            assignment = target.get("assignment")
+            if assignment and assignment["mode"] in ("user", "group"):
+                entry["notified"] = queries.assignee_names(mode=assignment["mode"], value=assignment["value"])
+            for key in ("due_seconds", "timer_seconds", "timeout_seconds", "reminder_seconds"):
+                if target.get(key) is not None:
+                    entry[key.replace("_seconds", "_at")] = now + timedelta(seconds=float(target[key]))
+                    entry[key.replace("_seconds", "_text")] = _duration(float(target[key]))
+        rows.append(entry)
+    return {
+        "record": record,
+        "rows": rows,
+        "now": now,
+        "large": record.total > LARGE_BATCH,
+        "batch_size": conf.get().MIGRATE.APPLY_BATCH,
+        "target_available": bool(target_revision and target_revision["available"]),
+        "any_move": any(r["action"] == "move" for r in record.rows),
+        "urls": _urls(record.scope, record.definition_id, record.id),
+    }
+
+
+def _duration(seconds: float) -> str:
+    units = (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1))
+    for name, size in units:
+        if seconds >= size and seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n} {name}{'s' if n != 1 else ''}"
+    return f"{seconds:g} seconds"
+
+
+# --- apply, progress, discard ---------------------------------------------------------------
+
+
+@migrate_required
+@require_POST
+def apply(request: HttpRequest, record_id: int) -> HttpResponse:
+    confirm = _int(str(request.POST.get("confirm", "")).replace(",", "").replace(" ", ""))
+    try:
+        operations.migration_apply(record_id=record_id, actor=request.user, confirm=confirm)
+    except InvalidPayload:
+        return _render_preview(
+            request,
+            record_id,
+            status=422,
+            error="Type the number of runs exactly as shown to confirm a batch this large. Nothing was applied.",
+        )
+    except MigrationIllegalState:
+        return _message(
+            request, "This preview was discarded or no longer exists; nothing was applied.", status=409, tone="error"
+        )
+    except (LockTimeout, PersistenceError):
+        return _message(
+            request,
+            "The database is busy; nothing more was applied. Press Apply again in a moment.",
+            status=503,
+            tone="error",
+        )
+    return _render_progress(request, record_id)
+
+
+@migrate_required
+@require_GET
+def progress(request: HttpRequest, record_id: int) -> HttpResponse:
+    return _render_progress(request, record_id)
+
+
+def _render_progress(request: HttpRequest, record_id: int) -> HttpResponse:
+    try:
+        state = operations.migration_progress(record_id=record_id)
+    except MigrationIllegalState:
+        raise Http404("no such migration") from None
+    record = queries.migration_record(record_id=record_id)
+    trouble = _labelled(
+        queries.migration_items(record_id=record_id).filter(status__in=["MOVED_ON", "REJECTED"])[:OUTCOMES_PAGE]
+    )
+    context = {
+        "record": record,
+        "progress": state,
+        "counts": [
+            (STATUS_LABELS[s], state.counts.get(s, 0), s.lower())
+            for s in ("MOVED", "CANCELLED", "ENDED", "MOVED_ON", "REJECTED", "RECORDED", "SELECTED")
+            if state.counts.get(s)
+        ],
+        "trouble": trouble,
+        "status_labels": STATUS_LABELS,
+        "urls": _urls(record.scope, record.definition_id, record.id),
+    }
+    return render(request, "workflows/migrate/_progress.html", context)
+
+
+@migrate_required
+@require_POST
+def discard(request: HttpRequest, record_id: int) -> HttpResponse:
+    operations.migration_discard(record_id=record_id)
+    return _message(request, "The preview was discarded. Nothing was changed.", tone="info")
+
+
+def _message(request: HttpRequest, text: str, *, status: int = 200, tone: str = "info") -> HttpResponse:
+    return render(request, "workflows/migrate/_message.html", {"text": text, "tone": tone}, status=status)
+
+
+# --- records ---------------------------------------------------------------------------------
+
+
+@migrate_required
+@require_GET
+def records(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse:
+    page = Paginator(queries.migration_records(scope=scope, definition_id=definition_id), 50).get_page(
+        request.GET.get("page")
+    )
+    return render(
+        request,
+        "workflows/migrate/records.html",
+        {
+            "scope": scope,
+            "definition_id": definition_id,
+            "page": page,
+            "urls": _urls(scope, definition_id),
+        },
+    )
+
+
+@migrate_required
+@require_GET
+def record(request: HttpRequest, record_id: int) -> HttpResponse:
+    try:
+        state = operations.migration_progress(record_id=record_id)  # settles outcomes decided at the claim
+        rec = queries.migration_record(record_id=record_id)
+    except MigrationIllegalState:
+        raise Http404("no such migration") from None
+    status = str(request.GET.get("status", "")).upper()
+    status = status if status in STATUS_LABELS else ""
+    page = Paginator(queries.migration_items(record_id=record_id, status=status or None), OUTCOMES_PAGE).get_page(
+        request.GET.get("page")
+    )
+    page.object_list = _labelled(page.object_list)
+    rows = [
+        {
+            **row,
+            "kind_label": KIND_LABELS.get(row["kind"], row["kind"].lower()),
+            "action_label": ACTION_LABELS.get(row["action"], row["action"]),
+        }
+        for row in rec.rows
+    ]
+    return render(
+        request,
+        "workflows/migrate/record.html",
+        {
+            "record": rec,
+            "rows": rows,
+            "progress": state,
+            "status": status,
+            "statuses": [(s, STATUS_LABELS[s], state.counts.get(s, 0)) for s in STATUS_LABELS if state.counts.get(s)],
+            "page": page,
+            "status_labels": STATUS_LABELS,
+            "action_labels": ACTION_LABELS,
+            "kind_labels": KIND_LABELS,
+            "urls": _urls(rec.scope, rec.definition_id, rec.id),
+        },
+    )
+
+
+def _labelled(items: Any) -> list[Any]:
+    out = list(items)
+    for item in out:
+        item.label = STATUS_LABELS.get(item.status, item.status)
+        item.action_label = ACTION_LABELS.get(item.action, item.action)
+    return out
+
+
+def _urls(scope: str, definition_id: str, record_id: int | None = None) -> dict[str, str]:
+    urls = {
+        "dialog": reverse("workflows:migrate:dialog", args=[scope, definition_id]),
+        "records": reverse("workflows:migrate:records", args=[scope, definition_id]),
+        "preview": reverse("workflows:migrate:preview", args=[scope, definition_id]),
+    }
+    if record_id is not None:
+        urls.update(
+            {
+                "record": reverse("workflows:migrate:record", args=[record_id]),
+                "apply": reverse("workflows:migrate:apply", args=[record_id]),
+                "progress": reverse("workflows:migrate:progress", args=[record_id]),
+                "discard": reverse("workflows:migrate:discard", args=[record_id]),
+            }
+        )
+    return urls

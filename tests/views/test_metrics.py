@@ -150,3 +150,43 @@ def test_capture_states_are_gauges(scrape: Any) -> None:
     assert samples['switchyard_captures{state="DISPATCHED"}'] == 2
     assert samples['switchyard_captures{state="PENDING"}'] == 1
     assert samples['switchyard_captures{state="OUTCOME_UNKNOWN"}'] == 1
+
+
+def test_multiprocess_mode_sums_every_process_on_the_host(tmp_path: Any) -> None:
+    """Celery prefork children count in their own processes; with PROMETHEUS_MULTIPROC_DIR the
+    /metrics of any process on the host reports their sum (docs/operations.md)."""
+    import os
+    import subprocess
+    import sys
+
+    # no database is needed (or reached: port 1 refuses at once) — the counters live in files
+    env = {
+        **os.environ,
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none",
+    }
+    setup = "import django; django.setup(); from workflows import metrics; "
+    for _ in range(2):  # two "worker children", each settling one START
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                setup + "metrics.SETTLED.labels('START', 'COMPLETE').inc(); "
+                "metrics.SEGMENT_SECONDS.labels('START').observe(0.02)",
+            ],
+            env=env,
+            check=True,
+            timeout=60,
+        )
+    scrape = subprocess.run(
+        [sys.executable, "-c", setup + "print(metrics.exposition().decode())"],
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    assert 'switchyard_commands_settled_total{kind="START",outcome="COMPLETE"} 2.0' in scrape.stdout
+    assert 'switchyard_segment_duration_seconds_count{kind="START"} 2.0' in scrape.stdout
+    assert "switchyard_metrics_database_up 0.0" in scrape.stdout  # an unreachable database fails no scrape

@@ -129,7 +129,7 @@ def test_the_viewer_explains_each_step_with_who_did_it_and_the_state_change(
 
     # the state before and after a decision, fetched by htmx into the row
     applied.get_by_role("link", name="State before and after").click()
-    change = applied.locator(".change-table")
+    change = page.locator("tr.change-row .change-table")
     change.wait_for()
     paid_row = " ".join(change.locator("tr", has_text="/paid").inner_text().split())
     assert paid_row == "/paid 0.0 480.0"

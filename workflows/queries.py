@@ -743,3 +743,22 @@ def outcome_unknown_captures(*, limit: int = RADAR_LIMIT) -> list[dict[str, Any]
         "id", "model", "object_pk", "event", "attempts", "created_at", "effect_started_at"
     )[:limit]
     return [{"capture_id": r.pop("id"), **r} for r in rows]
+
+
+# --- the designer ------------------------------------------------------------------------------
+
+
+def definition_text(*, scope: str, definition_id: str, version: int) -> tuple[str, str]:
+    """The stored source of one revision as ``(text, format)``, exactly as it was loaded
+    (comments included), for the designer's editor and its diffs. Refuses DEFINITION_MISSING."""
+    from workflows.exceptions import DefinitionMissing
+    from workflows.models import DefinitionVersion
+
+    row = (
+        DefinitionVersion.objects.filter(scope=scope, definition_id=definition_id, version=int(version))
+        .only("text", "format", "kind")
+        .first()
+    )
+    if row is None or row.kind != "DOCUMENT":
+        raise DefinitionMissing("no stored document for this revision")
+    return row.text, row.format

@@ -1,0 +1,676 @@
+"""The designer's logic, free of HTTP: check a document, edit its steps, deploy it, compare
+revisions, list workflows.
+
+Everything goes through ``workflows.definitions`` (compile, load, publish, activate, next
+version) and ``workflows.queries`` (stored text, runs parked per revision); the designer never
+touches the engine (an import-linter contract says so).
+
+- :func:`check` compiles a text and answers the plan or every problem with its line.
+- :func:`apply_step` writes a step from the step form back into the document. It replaces
+  only the lines of the steps it changes (the rest of the document, comments included, is
+  left as written); comments inside a replaced step are not kept.
+- :func:`deploy` mints the next version of the scope, loads, publishes and activates it, and
+  says how many runs are parked on the revision it replaced (the view then opens the Migrate
+  dialog on that pair). Each lifecycle call commits on its own: by the time the dialog opens
+  the deploy has committed, and nothing waits on the dialog.
+- :func:`compare` diffs two revisions' texts (difflib) and their graphs (steps added, removed
+  and changed, from the normalised spec the plan hash covers).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import yaml
+from django.urls import NoReverseMatch, reverse
+
+from workflows import definitions, queries
+from workflows.definitions import expressions
+from workflows.definitions.documents import Document, parse
+from workflows.definitions.plan import Plan
+from workflows.definitions.validation import parse_duration
+from workflows.exceptions import DefinitionError, LifecycleError, Violation, WorkflowError
+from workflows.views.graph import render_svg
+
+LIBRARY = Path(__file__).resolve().parent / "templates_library"
+DEPLOY_ATTEMPTS = 3  # a concurrent deploy can take the minted version first: mint again
+STEP_ID = re.compile(r"^[A-Za-z0-9_.$-]{1,255}$")
+
+
+# --- templates ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Template:
+    slug: str
+    title: str
+    summary: str
+
+
+TEMPLATES: tuple[Template, ...] = (
+    Template("approval", "Approval", "One approver from a group approves or rejects a request."),
+    Template(
+        "approval-with-escalation",
+        "Approval with escalation",
+        "Approvers have two days, reminded daily; overdue requests go to managers.",
+    ),
+    Template("parallel-reviews", "Parallel reviews", "Legal and finance review at the same time (fork and join)."),
+    Template(
+        "purchase-order-review",
+        "Record-triggered review",
+        "Saving a demo purchase order over 1000 starts a review of it.",
+    ),
+    Template("saga", "Saga with compensation", "Reserve stock, then charge; a later failure undoes both."),
+)
+
+
+def template(slug: str) -> Template | None:
+    return next((t for t in TEMPLATES if t.slug == slug), None)
+
+
+def template_text(slug: str) -> str:
+    """The text of a library template; KeyError for an unknown slug (never a path)."""
+    if template(slug) is None:
+        raise KeyError(slug)
+    return (LIBRARY / f"{slug}.yaml").read_text(encoding="utf-8")
+
+
+# --- checking ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    pointer: str
+    type: str
+    message: str
+    line: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pointer": self.pointer, "type": self.type, "message": self.message, "line": self.line}
+
+
+@dataclass
+class Check:
+    """The outcome of compiling a text: a plan, or every problem (value-free, with lines)."""
+
+    plan: Plan | None
+    problems: list[Problem] = field(default_factory=list)
+    code: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.plan is not None
+
+
+def _problem(v: Violation) -> Problem:
+    return Problem(pointer=v.pointer, type=v.type, message=v.message, line=v.line)
+
+
+def check(text: str) -> Check:
+    """Compile ``text`` (YAML; JSON is YAML too) with the definitions compiler."""
+    try:
+        plan = definitions.compile_text(text, "yaml")
+    except DefinitionError as error:
+        problems = [_problem(v) for v in error.violations] or [Problem("", error.code, error.message, None)]
+        problems.sort(key=lambda p: (p.line is None, p.line or 0))
+        return Check(plan=None, problems=problems, code=error.code)
+    except WorkflowError as error:
+        return Check(plan=None, problems=[Problem("", error.code, error.message, None)], code=error.code)
+    return Check(plan=plan)
+
+
+def graph_svg(plan: Plan, *, marks: Mapping[str, str] | None = None, title: str | None = None) -> str:
+    """The plan's picture (``workflows.views.graph``), optionally with steps marked for a diff:
+    ``marks`` maps a step id to ``added`` or ``changed``; marked nodes get a ``dsg-<mark>`` class
+    (the page styles it and says the same in text)."""
+    svg = render_svg(plan, title=title)
+    for sid, mark in (marks or {}).items():
+        step = plan.steps.get(sid)
+        if step is None:
+            continue
+        opening = f'<g class="wfg-node wfg-node-{step.type}" data-step="{escape(sid)}"'
+        svg = svg.replace(opening, f'<g class="wfg-node wfg-node-{step.type} dsg-{mark}" data-step="{escape(sid)}"', 1)
+    return svg
+
+
+CEL_VARIABLES = {
+    # the variables each kind of CEL field provides (docs/authoring.md, "Expressions")
+    "state": ("state",),
+    "payload": ("payload",),
+    "signal": ("state", "payload"),
+    "decision": ("state", "payload", "decision"),
+    "result": ("state", "result"),
+    "call": ("state", "result", "status"),
+    "join": ("state", "results"),
+    "trigger": ("record", "previous", "changed", "event"),
+}
+
+
+def check_expression(source: str, *, variables: str, template: bool = False) -> str | None:
+    """The value-free problem of one CEL expression (or ``{{ }}`` template), or None when it
+    compiles with the variables its field provides."""
+    names = CEL_VARIABLES.get(variables, ("state",))
+    try:
+        if template:
+            expressions.compile_template(source, names)
+        else:
+            expressions.compile_expression(source, names)
+    except expressions.ExpressionCompileError as error:
+        return error.problem.message
+    return None
+
+
+# --- minting -----------------------------------------------------------------------------------
+
+_YAML_VERSION = re.compile(r"^definitionVersion[ \t]*:[^#\r\n]*?([ \t]*(?:#[^\r\n]*)?)(?=\r?\n|\Z)", re.MULTILINE)
+_JSON_VERSION = re.compile(r'("definitionVersion"\s*:\s*)(-?[0-9.eE+-]+|"[^"]*"|null|true|false)')
+_YAML_ID = re.compile(r"^definitionId[ \t]*:.*$", re.MULTILINE)
+
+
+def set_version(text: str, version: int) -> str:
+    """``text`` with its ``definitionVersion`` set to ``version``, changing only that line
+    (a missing field is added after ``definitionId``). Falls back to rewriting the document
+    when the field is written in a way a line edit cannot reach."""
+    if _YAML_VERSION.search(text):
+        return _YAML_VERSION.sub(lambda m: f"definitionVersion: {version}{m.group(1)}", text, count=1)
+    if _JSON_VERSION.search(text):
+        return _JSON_VERSION.sub(lambda m: f"{m.group(1)}{version}", text, count=1)
+    if _YAML_ID.search(text):
+        return _YAML_ID.sub(lambda m: f"{m.group(0)}\ndefinitionVersion: {version}", text, count=1)
+    document = parse(text, "yaml")
+    data = dict(document.data)
+    data["definitionVersion"] = version
+    return dump(data)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block sequences indented under their key, as people write them."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def dump(data: Any) -> str:
+    """YAML that the strict 1.2 reader reads back as ``data`` (PyYAML quotes every string a
+    YAML 1.1 reader would take for something else, which covers 1.2)."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=100)
+
+
+# --- listing -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Revision:
+    version: int
+    status: str
+    plan_hash: str
+    created_at: Any
+    published_at: Any
+    parked: int = 0
+    current: bool = False
+
+
+@dataclass
+class Workflow:
+    scope: str
+    definition_id: str
+    current_version: int | None = None
+    current_target_scope: str | None = None
+    revisions: list[Revision] = field(default_factory=list)
+
+    @property
+    def parked(self) -> int:
+        return sum(r.parked for r in self.revisions)
+
+    @property
+    def latest(self) -> Revision | None:
+        return self.revisions[-1] if self.revisions else None
+
+
+def workflows(*, scope: str | None = None, definition_id: str | None = None) -> list[Workflow]:
+    """Every workflow (scope, id) with its revisions (status, runs parked on each) and the
+    version its scope's activation record selects."""
+    found: dict[tuple[str, str], Workflow] = {}
+    for record in definitions.list(scope=scope, definition_id=definition_id):
+        wf = found.setdefault(
+            (record.scope, record.definition_id), Workflow(scope=record.scope, definition_id=record.definition_id)
+        )
+        wf.revisions.append(
+            Revision(
+                version=record.version,
+                status=record.status,
+                plan_hash=record.plan_hash,
+                created_at=record.created_at,
+                published_at=record.published_at,
+            )
+        )
+    for activation in definitions.activations(scope=scope):
+        wf_or_none = found.get((activation.scope, activation.definition_id))
+        if wf_or_none is not None:
+            wf_or_none.current_version = activation.version
+            wf_or_none.current_target_scope = activation.target_scope
+    ids = sorted({wf.definition_id for wf in found.values()})
+    for definition_id_ in ids:
+        parked = queries.parked_by_version(definition_id=definition_id_)
+        for (scope_, version), count in parked.items():
+            wf_or_none = found.get((scope_, definition_id_))
+            if wf_or_none is None:
+                continue
+            for revision in wf_or_none.revisions:
+                if revision.version == version:
+                    revision.parked = count
+    for wf in found.values():
+        wf.revisions.sort(key=lambda r: r.version)
+        for revision in wf.revisions:
+            revision.current = wf.current_target_scope == wf.scope and revision.version == wf.current_version
+    return sorted(found.values(), key=lambda w: (w.definition_id, w.scope))
+
+
+def workflow(scope: str, definition_id: str) -> Workflow | None:
+    found = workflows(scope=scope, definition_id=definition_id)
+    return found[0] if found else None
+
+
+def revision_text(scope: str, definition_id: str, version: int) -> str:
+    """The stored text of a revision (DEFINITION_MISSING when there is none)."""
+    text, _format = queries.definition_text(scope=scope, definition_id=definition_id, version=version)
+    return text
+
+
+def next_version(scope: str, definition_id: str) -> int:
+    return definitions.next_version(scope=scope, definition_id=definition_id)
+
+
+# --- deploying ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Deployed:
+    scope: str
+    definition_id: str
+    version: int
+    replaced: int | None  # the version the scope's activation selected before, if any
+    parked_on_replaced: int
+
+    @property
+    def opens_migrate(self) -> bool:
+        return self.replaced is not None and self.replaced != self.version and self.parked_on_replaced > 0
+
+
+def _replaced_version(scope: str, definition_id: str) -> int | None:
+    for activation in definitions.activations(scope=scope):
+        if activation.definition_id == definition_id and activation.target_scope == scope:
+            return activation.version
+    return None
+
+
+def deploy(*, scope: str, text: str, username: str = "") -> Deployed:
+    """Validate, mint the next version of the scope, load, publish and activate it.
+
+    Raises ``DefinitionError`` with every problem when the text does not compile (nothing is
+    stored), and the lifecycle's typed errors otherwise (CONTRACT_MISMATCH, ...). A load that
+    finds its minted version taken by a concurrent deploy mints again. A publication that
+    fails leaves the loaded version a CANDIDATE (the next deploy mints past it).
+    """
+    found = check(text)
+    if found.plan is None:
+        raise DefinitionError(
+            "the document is not valid",
+            violations=[Violation(p.pointer, p.type, p.message, p.line) for p in found.problems],
+            code=found.code or None,
+        )
+    definition_id = found.plan.definition_id
+    replaced = _replaced_version(scope, definition_id)
+    metadata = {"source_type": "designer", "source_author": username[:255]}
+    record = None
+    for attempt in range(DEPLOY_ATTEMPTS):
+        version = definitions.next_version(scope=scope, definition_id=definition_id)
+        minted = set_version(text, version)
+        try:
+            record = definitions.load(scope=scope, text=minted, format="yaml", metadata=metadata)
+        except LifecycleError as error:
+            if error.code == "VERSION_EXISTS" and attempt + 1 < DEPLOY_ATTEMPTS:
+                continue
+            raise
+        break
+    assert record is not None
+    definitions.publish(scope=scope, definition_id=definition_id, version=record.version)
+    definitions.activate(
+        scope=scope, definition_id=definition_id, version=record.version, target_scope=scope, updated_by=username
+    )
+    parked = 0
+    if replaced is not None and replaced != record.version:
+        parked = queries.parked_by_version(definition_id=definition_id).get((scope, replaced), 0)
+    return Deployed(scope, definition_id, record.version, replaced, parked)
+
+
+def migrate_url(scope: str, definition_id: str, source: int, target: int) -> str:
+    """The Migrate dialog (``workflows:migrate:dialog``) with ``source`` and ``target`` selected."""
+    query = urlencode({"source": source, "target": target})
+    try:
+        return f"{reverse('workflows:migrate:dialog', args=(scope, definition_id))}?{query}"
+    except NoReverseMatch:  # the dialog's pages are not installed: the address they answer at
+        return f"/migrate/{quote(scope, safe='')}/{quote(definition_id, safe='')}/?{query}"
+
+
+# --- comparing ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DiffRow:
+    kind: str  # equal | replace | delete | insert | skip
+    left_no: int | None
+    left: str
+    right_no: int | None
+    right: str
+
+
+@dataclass
+class StepChange:
+    id: str
+    type: str
+    fields: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Comparison:
+    rows: list[DiffRow]
+    added: list[StepChange]
+    removed: list[StepChange]
+    changed: list[StepChange]
+    left_svg: str | None
+    right_svg: str | None
+    left_problem: str | None
+    right_problem: str | None
+
+    @property
+    def same_text(self) -> bool:
+        return all(r.kind == "equal" for r in self.rows)
+
+
+def text_diff(left: str, right: str, *, context: int = 3) -> list[DiffRow]:
+    """Side-by-side rows of a line diff, unchanged stretches cut to ``context`` lines."""
+    a, b = left.splitlines(), right.splitlines()
+    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    rows: list[DiffRow] = []
+    groups = list(matcher.get_grouped_opcodes(context))
+    if not groups:  # identical texts
+        return [DiffRow("equal", i + 1, line, i + 1, line) for i, line in enumerate(a)]
+    for index, group in enumerate(groups):
+        if index or group[0][1] > 0:
+            rows.append(DiffRow("skip", None, "", None, ""))
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                pairs = zip(range(i1, i2), range(j1, j2), strict=True)
+                rows.extend(DiffRow("equal", i + 1, a[i], j + 1, b[j]) for i, j in pairs)
+                continue
+            left_lines, right_lines = list(range(i1, i2)), list(range(j1, j2))
+            for k in range(max(len(left_lines), len(right_lines))):
+                li = left_lines[k] if k < len(left_lines) else None
+                rj = right_lines[k] if k < len(right_lines) else None
+                kind = "replace" if li is not None and rj is not None else ("delete" if li is not None else "insert")
+                rows.append(
+                    DiffRow(
+                        kind,
+                        li + 1 if li is not None else None,
+                        a[li] if li is not None else "",
+                        rj + 1 if rj is not None else None,
+                        b[rj] if rj is not None else "",
+                    )
+                )
+    last = groups[-1][-1]
+    if last[2] < len(a) or last[4] < len(b):
+        rows.append(DiffRow("skip", None, "", None, ""))
+    return rows
+
+
+def _spec_steps(plan: Plan) -> dict[str, dict[str, Any]]:
+    return {s["id"]: s for s in plan.spec.get("steps", []) if isinstance(s, dict) and s.get("id")}
+
+
+def graph_diff(left: Plan, right: Plan) -> tuple[list[StepChange], list[StepChange], list[StepChange]]:
+    """Steps added, removed and changed from ``left`` to ``right`` (by id; a step is changed
+    when its normalised spec differs, and the changed top-level fields are named)."""
+    a, b = _spec_steps(left), _spec_steps(right)
+    added = [StepChange(sid, str(b[sid].get("type", ""))) for sid in b if sid not in a]
+    removed = [StepChange(sid, str(a[sid].get("type", ""))) for sid in a if sid not in b]
+    changed = []
+    for sid in b:
+        if sid in a and a[sid] != b[sid]:
+            keys = sorted(set(a[sid]) | set(b[sid]))
+            fields = [k for k in keys if a[sid].get(k) != b[sid].get(k)]
+            changed.append(StepChange(sid, str(b[sid].get("type", "")), fields))
+    return added, removed, changed
+
+
+def compare(left_text: str, right_text: str, *, left_title: str, right_title: str) -> Comparison:
+    left, right = check(left_text), check(right_text)
+    added: list[StepChange] = []
+    removed: list[StepChange] = []
+    changed: list[StepChange] = []
+    if left.plan is not None and right.plan is not None:
+        added, removed, changed = graph_diff(left.plan, right.plan)
+    left_marks = {s.id: "removed" for s in removed} | {s.id: "changed" for s in changed}
+    right_marks = {s.id: "added" for s in added} | {s.id: "changed" for s in changed}
+    return Comparison(
+        rows=text_diff(left_text, right_text),
+        added=added,
+        removed=removed,
+        changed=changed,
+        left_svg=graph_svg(left.plan, marks=left_marks, title=left_title) if left.plan else None,
+        right_svg=graph_svg(right.plan, marks=right_marks, title=right_title) if right.plan else None,
+        left_problem=None if left.plan else "this revision no longer compiles here",
+        right_problem=None if right.plan else "this revision no longer compiles here",
+    )
+
+
+# --- editing steps -----------------------------------------------------------------------------
+
+
+class EditRefused(Exception):
+    """A step edit that cannot be written into the document (value-free message)."""
+
+
+# Where a step leads, by type: the slots "connect from" can take over (pointer suffix -> label).
+def outgoing_slots(step: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(slot, label, current target) for each place a step names its successor."""
+    slots: list[tuple[str, str, str]] = []
+    kind = step.get("type")
+    sid = str(step.get("id", ""))
+    if isinstance(step.get("next"), str):
+        slots.append(("next", f"{sid} → next", step["next"]))
+    if kind == "decision":
+        for i, route in enumerate(step.get("routes") or []):
+            if isinstance(route, dict) and isinstance(route.get("to"), str):
+                slots.append((f"routes/{i}/to", f"{sid} → route {i + 1}", route["to"]))
+        if isinstance(step.get("default"), str):
+            slots.append(("default", f"{sid} → default", step["default"]))
+    if kind == "human-task":
+        for i, decision in enumerate(step.get("decisions") or []):
+            if isinstance(decision, dict) and isinstance(decision.get("next"), str):
+                name = decision.get("name") if isinstance(decision.get("name"), str) else str(i + 1)
+                slots.append((f"decisions/{i}/next", f"{sid} → decision {name}", decision["next"]))
+        due = step.get("due")
+        if isinstance(due, dict) and isinstance(due.get("next"), str):
+            slots.append(("due/next", f"{sid} → when due", due["next"]))
+    timeout = step.get("timeout")
+    if isinstance(timeout, dict) and isinstance(timeout.get("next"), str):
+        slots.append(("timeout/next", f"{sid} → on timeout", timeout["next"]))
+    if isinstance(step.get("onFailure"), str):
+        slots.append(("onFailure", f"{sid} → on failure", step["onFailure"]))
+    return slots
+
+
+def _set_slot(step: dict[str, Any], slot: str, target: str) -> None:
+    parts = slot.split("/")
+    holder: Any = step
+    for part in parts[:-1]:
+        holder = holder[int(part)] if isinstance(holder, list) else holder[part]
+    holder[parts[-1]] = target
+
+
+@dataclass(frozen=True)
+class Outline:
+    """What the step form needs to know about a document: its steps and their slots."""
+
+    steps: list[dict[str, Any]]
+    slots: list[tuple[str, str, str]]  # (step id + "|" + slot, label, current target)
+
+    @property
+    def ids(self) -> list[str]:
+        return [str(s.get("id")) for s in self.steps if isinstance(s.get("id"), str)]
+
+
+def outline(text: str) -> Outline | None:
+    """The steps of a document that parses (None when it does not)."""
+    try:
+        document = parse(text, "yaml")
+    except DefinitionError:
+        return None
+    steps = document.data.get("steps") if isinstance(document.data, dict) else None
+    if not isinstance(steps, list):
+        return Outline([], [])
+    found = [s for s in steps if isinstance(s, dict)]
+    slots = [(f"{s.get('id')}|{slot}", label, target) for s in found for slot, label, target in outgoing_slots(s)]
+    return Outline(found, slots)
+
+
+def step_of(text: str, step_id: str) -> dict[str, Any] | None:
+    found = outline(text)
+    if found is None:
+        return None
+    return next((dict(s) for s in found.steps if s.get("id") == step_id), None)
+
+
+def _step_block(document: Document, lines: list[str], index: int, count: int) -> tuple[int, int]:
+    """0-based [start, end) line range of step ``index``: from its ``-`` line to the line
+    before the next step (or the next top-level field), without trailing blank or comment
+    lines (they introduce what follows)."""
+    start = document.lines[f"/steps/{index}"] - 1
+    if index + 1 < count:
+        end = document.lines[f"/steps/{index + 1}"] - 1
+    else:
+        end = len(lines)
+        steps_line = document.lines.get("/steps", 0)
+        for pointer, line in document.lines.items():
+            if pointer.count("/") == 1 and pointer != "/steps" and line > steps_line and line - 1 > start:
+                end = min(end, line - 1)
+    while end > start + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
+        end -= 1
+    return start, end
+
+
+_ITEM = re.compile(r"^(\s*)-(\s+)")
+
+
+def _render_step(step: Mapping[str, Any], indent: str) -> list[str]:
+    body = dump([dict(step)]).splitlines()
+    # PyYAML writes "- key: value" with continuation lines indented by two spaces
+    return [indent + line for line in body]
+
+
+def apply_step(
+    text: str,
+    step: Mapping[str, Any],
+    *,
+    replace: str | None = None,
+    connect_from: str | None = None,
+) -> tuple[str, bool]:
+    """Write ``step`` into the document: replace the step with id ``replace``, or append it.
+
+    ``connect_from`` (``"<step id>|<slot>"``, see :func:`outgoing_slots`) makes that slot
+    lead to the new step. Answers ``(new text, rewritten)``: ``rewritten`` is True when the
+    document had to be dumped whole (its steps are not block items a line edit can reach), which
+    drops its comments. Raises :class:`EditRefused` when the document does not parse.
+    """
+    try:
+        document = parse(text, "yaml")
+    except DefinitionError:
+        raise EditRefused("fix the document so it reads as YAML first; the form edits a readable document") from None
+    data = document.data
+    if not isinstance(data, dict):
+        raise EditRefused("the document is not a mapping of fields")
+    steps = data.get("steps")
+    if steps is None:
+        steps = []
+    if not isinstance(steps, list):
+        raise EditRefused("the document's steps are not a list")
+    new_id = step.get("id")
+    index_of = {s.get("id"): i for i, s in enumerate(steps) if isinstance(s, dict)}
+    if replace is not None and replace not in index_of:
+        raise EditRefused("the step to edit is no longer in the document")
+    if new_id in index_of and new_id != replace:
+        raise EditRefused("another step already has this id")
+
+    changes: dict[int, dict[str, Any]] = {}  # index -> new step; len(steps) = append
+    target_index = index_of[replace] if replace is not None else len(steps)
+    changes[target_index] = dict(step)
+    if connect_from:
+        source_id, _, slot = connect_from.partition("|")
+        if source_id not in index_of:
+            raise EditRefused("the step to connect from is no longer in the document")
+        source = steps[index_of[source_id]]
+        if slot not in {s for s, _label, _target in outgoing_slots(source)}:
+            raise EditRefused("the step to connect from has no such exit")
+        source_index = index_of[source_id]
+        updated = changes.get(source_index, _deep_copy(source))
+        _set_slot(updated, slot, str(new_id))
+        changes[source_index] = updated
+
+    lines = text.splitlines(keepends=True)
+    newline = "\r\n" if text.count("\r\n") > text.count("\n") / 2 else "\n"
+    block_items = bool(steps) and all(
+        f"/steps/{i}" in document.lines and _ITEM.match(lines[document.lines[f"/steps/{i}"] - 1])
+        for i in range(len(steps))
+    )
+    if not block_items or "/steps" not in document.lines:
+        new_steps = list(steps)
+        for index, value in changes.items():
+            if index == len(new_steps):
+                new_steps.append(value)
+            else:
+                new_steps[index] = value
+        data = dict(data)
+        data["steps"] = new_steps
+        return dump(data), True
+
+    first = _ITEM.match(lines[document.lines["/steps/0"] - 1])
+    assert first is not None
+    indent = first.group(1)
+    # replace from the bottom up so earlier line numbers stay valid
+    for index in sorted(changes, reverse=True):
+        rendered = [line + newline for line in _render_step(changes[index], indent)]
+        if index == len(steps):
+            _, end = _step_block(document, lines, len(steps) - 1, len(steps))
+            blank = [newline] if any(not ln.strip() for ln in lines[document.lines["/steps/0"] - 1 : end]) else []
+            if end and not lines[end - 1].endswith(("\n", "\r")):
+                lines[end - 1] += newline
+            lines[end:end] = blank + rendered
+        else:
+            start, end = _step_block(document, lines, index, len(steps))
+            lines[start:end] = rendered
+    return "".join(lines), False
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    return value
+
+
+def is_duration(text: str) -> bool:
+    return parse_duration(text) is not None
+
+
+def problems_for_lines(problems: Iterable[Problem]) -> list[dict[str, Any]]:
+    """Problems as the editor marks them (line and message)."""
+    return [{"line": p.line, "message": p.message} for p in problems if p.line]

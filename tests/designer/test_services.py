@@ -1,0 +1,149 @@
+"""The designer's document services without HTTP: minting, step write-back, checks, diffs."""
+
+from __future__ import annotations
+
+import pytest
+
+from designer import services
+from workflows.definitions.documents import parse
+
+DOC = """\
+# a comment at the top stays
+definitionId: tiny
+definitionVersion: 1   # minted by the designer
+contract: {name: tiny.v1}
+initialStep: wait
+steps:
+  # the first step
+  - id: wait
+    type: timer
+    after: PT1H
+    next: done
+
+  # the end
+  - id: done
+    type: complete
+"""
+
+
+def test_minting_changes_only_the_version_line() -> None:
+    minted = services.set_version(DOC, 12)
+    assert minted == DOC.replace("definitionVersion: 1   #", "definitionVersion: 12   #")
+
+
+def test_minting_a_json_document_keeps_it_json() -> None:
+    text = '{"definitionId": "j", "definitionVersion": 3, "contract": {"name": "j.v1"}, "initialStep": "d",\n'
+    text += ' "steps": [{"id": "d", "type": "complete"}]}'
+    minted = services.set_version(text, 4)
+    assert '"definitionVersion": 4' in minted
+    assert parse(minted, "json").data["definitionVersion"] == 4
+
+
+def test_minting_adds_a_missing_version_after_the_id() -> None:
+    text = DOC.replace("definitionVersion: 1   # minted by the designer\n", "")
+    minted = services.set_version(text, 2)
+    assert "definitionId: tiny\ndefinitionVersion: 2\n" in minted
+    assert services.check(minted).ok
+
+
+def test_minting_keeps_windows_line_endings() -> None:
+    minted = services.set_version(DOC.replace("\n", "\r\n"), 5)
+    assert "definitionVersion: 5   # minted by the designer\r\n" in minted
+
+
+def test_check_reports_every_problem_with_its_line() -> None:
+    broken = DOC.replace("next: done", "next: nowhere").replace("type: complete", "type: complete\n    bogus: 1")
+    result = services.check(broken)
+    assert not result.ok
+    lines = {p.pointer: p.line for p in result.problems}
+    assert lines["/steps/0/next"] == 11
+    assert lines["/steps/1/bogus"] == 16
+
+
+def test_check_reports_a_syntax_error_at_its_line() -> None:
+    result = services.check(DOC.replace("    after: PT1H", "    after: [PT1H"))
+    assert not result.ok
+    assert result.problems[0].type == "syntax"
+    assert result.problems[0].line is not None
+
+
+def test_a_step_is_appended_and_connected_leaving_comments_elsewhere() -> None:
+    step = {"id": "look", "type": "human-task", "assignment": {"mode": "group", "value": "ops"},
+            "decisions": [{"name": "ok", "next": "done"}]}
+    text, rewritten = services.apply_step(DOC, step, connect_from="wait|next")
+    assert not rewritten
+    assert "# a comment at the top stays" in text and "# the first step" in text and "# the end" in text
+    plan = services.check(text).plan
+    assert plan is not None
+    assert plan.steps["wait"].next == "look"
+    assert plan.steps["look"].decisions[0].next == "done"
+
+
+def test_a_step_is_replaced_in_place() -> None:
+    text, _ = services.apply_step(DOC, {"id": "wait", "type": "timer", "after": "PT2H", "next": "done"}, replace="wait")
+    assert "after: PT2H" in text and "PT1H" not in text
+    assert text.index("# the end") > text.index("after: PT2H")
+    assert services.check(text).ok
+
+
+def test_renaming_a_step_to_an_existing_id_is_refused() -> None:
+    with pytest.raises(services.EditRefused):
+        services.apply_step(DOC, {"id": "done", "type": "complete"}, replace="wait")
+
+
+def test_a_document_that_does_not_read_is_not_edited() -> None:
+    with pytest.raises(services.EditRefused):
+        services.apply_step("steps: [", {"id": "x", "type": "complete"})
+
+
+def test_flow_style_steps_are_rewritten_whole() -> None:
+    text = "definitionId: f\ndefinitionVersion: 1\ncontract: {name: f.v1}\ninitialStep: a\n"
+    text += "steps: [{id: a, type: timer, after: PT1M, next: b}, {id: b, type: complete}]\n"
+    step = {"id": "c", "type": "timer", "after": "PT1M", "next": "b"}
+    new, rewritten = services.apply_step(text, step, connect_from="a|next")
+    assert rewritten
+    plan = services.check(new).plan
+    assert plan is not None and plan.steps["a"].next == "c"
+
+
+def test_strings_that_yaml_1_1_would_read_as_booleans_stay_text() -> None:
+    step = {"id": "no", "type": "end", "reason": "on"}
+    text, _ = services.apply_step(DOC, step, connect_from="wait|next")
+    assert parse(text).data["steps"][-1] == step
+
+
+def test_graph_diff_names_added_removed_and_changed_steps() -> None:
+    left = services.check(DOC).plan
+    changed = DOC.replace("after: PT1H", "after: PT2H").replace("  # the end\n  - id: done\n", "  - id: finished\n")
+    changed = changed.replace("next: done", "next: finished")
+    right = services.check(changed).plan
+    assert left is not None and right is not None
+    added, removed, modified = services.graph_diff(left, right)
+    assert [s.id for s in added] == ["finished"]
+    assert [s.id for s in removed] == ["done"]
+    assert [(s.id, s.fields) for s in modified] == [("wait", ["delay", "next"])]
+
+
+def test_text_diff_pairs_changed_lines_and_cuts_unchanged_stretches() -> None:
+    left = "\n".join(f"line {i}" for i in range(30))
+    right = left.replace("line 15", "line fifteen")
+    rows = services.text_diff(left, right)
+    changed = [r for r in rows if r.kind == "replace"]
+    assert [(r.left_no, r.left, r.right_no, r.right) for r in changed] == [(16, "line 15", 16, "line fifteen")]
+    assert rows[0].kind == "skip" and rows[-1].kind == "skip"
+    assert len(rows) == 1 + 3 + 1 + 3 + 1
+
+
+def test_marked_graph_steps_carry_their_mark() -> None:
+    plan = services.check(DOC).plan
+    assert plan is not None
+    svg = services.graph_svg(plan, marks={"wait": "added"})
+    assert 'class="wfg-node wfg-node-timer dsg-added" data-step="wait"' in svg
+
+
+def test_cel_is_checked_with_the_fields_variables() -> None:
+    assert services.check_expression("state.total > 10", variables="state") is None
+    assert services.check_expression("payload.x", variables="state") is not None
+    assert services.check_expression("payload.x == decision", variables="decision") is None
+    assert services.check_expression("Hello {{ state.name }}", variables="state", template=True) is None
+    assert services.check_expression("Hello {{ state. }}", variables="state", template=True) is not None

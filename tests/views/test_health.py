@@ -9,6 +9,9 @@ from django.test import Client, override_settings
 
 from workflows.views import health
 
+# Every request reads the database (capture's request_started hook), /healthz included.
+pytestmark = pytest.mark.django_db
+
 
 def closed_port() -> int:
     with socket.socket() as sock:
@@ -16,7 +19,6 @@ def closed_port() -> int:
         return int(sock.getsockname()[1])  # nothing listens once the socket is closed
 
 
-@pytest.mark.django_db
 def test_healthz_answers_ok_when_database_and_broker_answer(client: Client) -> None:
     response = client.get("/healthz")
 
@@ -24,7 +26,6 @@ def test_healthz_answers_ok_when_database_and_broker_answer(client: Client) -> N
     assert response.json() == {"status": "ok", "database": "ok", "broker": "ok"}
 
 
-@pytest.mark.django_db
 def test_healthz_answers_503_naming_the_broker_when_the_broker_is_down(client: Client) -> None:
     with override_settings(
         CELERY_BROKER_URL=f"redis://127.0.0.1:{closed_port()}/0", CELERY_BROKER_TRANSPORT_OPTIONS={}

@@ -293,3 +293,17 @@ def test_outcome_unknown_captures_are_listed(client: Any, demo_users: Any) -> No
     assert section is not None
     assert re.findall(r'data-capture="(\d+)"', section.group(0)) == [str(unknown.pk)]
     assert "demo.PurchaseOrder" in section.group(0)
+
+
+def test_an_overdue_task_links_to_the_task_admins_overdue_list(
+    client: Any, demo_users: Any, deploy: Any, drain: Any
+) -> None:
+    deploy(documents.APPROVAL)
+    run_id = operations.start(definition_id="approval", payload={"number": "A-1", "total": 5000}).run_id
+    drain()
+    ops.make_overdue(run_id)
+    client.force_login(demo_users["admin"])
+    assert rows(radar(client), "tasks") == [str(run_id)]
+    assert 'href="/admin/workflows/task/?overdue=yes">Reassign…</a>' in radar(client)
+    listing = client.get("/admin/workflows/task/?overdue=yes").content.decode()
+    assert "Approve purchase A-1" in listing and "Reassign selected tasks" in listing

@@ -90,9 +90,11 @@ def radar(request: HttpRequest) -> HttpResponse:
     for row in commands:
         row["stuck"] = duration(row["stuck_seconds"])
     tasks = queries.overdue_tasks()
+    # the task admin's overdue list, where its Reassign action works on the ticked tasks
+    overdue_list = url_or_none("admin:workflows_task_changelist")
     for row in tasks:
         row["overdue"] = duration(row["overdue_seconds"])
-        row["task_admin_url"] = url_or_none("admin:workflows_task_change", row["task_id"])
+        row["task_admin_url"] = f"{overdue_list}?overdue=yes" if overdue_list else None
     captures = queries.outcome_unknown_captures()
     for row in captures:
         row["admin_url"] = url_or_none("admin:capture_capture_change", row["capture_id"])

@@ -114,6 +114,10 @@ class TestInvalidPayload:
         raw = '{"definition_id": "api-purchase", "payload": {"total": NaN}}'
         assert_problem(admin_api.post(START, raw, content_type="application/json"), 400, "INVALID_PAYLOAD")
 
+    def test_a_number_beyond_double_range_is_not_json(self, admin_api: APIClient) -> None:
+        raw = '{"definition_id": "api-purchase", "payload": {"total": 1e400}}'
+        assert_problem(admin_api.post(START, raw, content_type="application/json"), 400, "INVALID_PAYLOAD")
+
     def test_a_body_that_is_not_an_object_is_refused(self, admin_api: APIClient) -> None:
         assert_problem(
             admin_api.post(START, json.dumps([SENTINEL]), content_type="application/json"), 400, "INVALID_PAYLOAD"

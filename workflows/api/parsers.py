@@ -4,13 +4,14 @@
   without reading): 413 PAYLOAD_TOO_LARGE. DRF's own JSONParser reads the stream unbounded.
 - JSON is pre-scanned for nesting depth with the engine's iterative scan, so a 20,000-deep
   body is a 400 INVALID_PAYLOAD and never reaches the recursive ``json`` decoder.
-- NaN/Infinity, invalid UTF-8, NUL characters and unpaired surrogates are refused: PostgreSQL
+- NaN/Infinity (also as 1e400), invalid UTF-8, NUL characters and unpaired surrogates are refused: PostgreSQL
   stores none of them, and they would otherwise surface as database errors.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -104,6 +105,14 @@ def _no_constants(name: str) -> Any:
     raise ValueError("NaN and Infinity are not JSON")
 
 
+def _finite(text: str) -> float:
+    # 1e400 parses as infinity, which no JSON column can store
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("number out of range")
+    return value
+
+
 class BoundedJSONParser(BaseParser):
     media_type = "application/json"
 
@@ -114,7 +123,7 @@ class BoundedJSONParser(BaseParser):
         prescan_text(raw, max_depth=BODY_MAX_DEPTH)
         text = _decode(raw)
         try:
-            data = json.loads(text, parse_constant=_no_constants)
+            data = json.loads(text, parse_constant=_no_constants, parse_float=_finite)
         except (ValueError, RecursionError):
             raise ParseError("not valid JSON") from None
         check_text(data)

@@ -618,7 +618,7 @@ class ActivationView(ApiView):
     @extend_schema(
         operation_id="activations_activate",
         tags=["activations"],
-        summary="Make a version what starts without a version run in a scope",
+        summary="Choose the version a start without a version runs in a scope",
         request=s.ActivateInput,
         parameters=[SCOPE, DEFINITION_ID],
         responses={

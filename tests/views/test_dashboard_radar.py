@@ -293,6 +293,7 @@ def test_outcome_unknown_captures_are_listed(client: Any, demo_users: Any) -> No
     assert section is not None
     assert re.findall(r'data-capture="(\d+)"', section.group(0)) == [str(unknown.pk)]
     assert "demo.PurchaseOrder" in section.group(0)
+    assert f'href="/admin/capture/capture/{unknown.pk}/change/">Reconcile in admin</a>' in section.group(0)
 
 
 def test_an_overdue_task_links_to_the_task_admins_overdue_list(

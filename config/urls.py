@@ -11,6 +11,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/", include("workflows.api.urls")),
+    path("designer/", include("designer.urls")),
     path("", RedirectView.as_view(url="/tasks/", permanent=False)),
     path("", include("workflows.urls")),
     path("", include("workflows.urls_ops")),  # /ops/ dashboard and radar, /metrics

@@ -1,0 +1,81 @@
+// The designer's editor page: the code editor, problems that jump to their line, the step
+// form's write-back, and clicks on the graph that open a step's form. Works with htmx; without
+// the editor bundle the plain textarea still edits and posts the document.
+(function () {
+  "use strict";
+
+  function textarea() { return document.getElementById("id_text"); }
+  function editor() { var t = textarea(); return t && t.switchyardEditor; }
+
+  function goToLine(line) {
+    var ed = editor();
+    if (ed) { ed.goToLine(line); return; }
+    var t = textarea();
+    if (!t) return;
+    var lines = t.value.split("\n");
+    var start = 0;
+    for (var i = 0; i < line - 1 && i < lines.length; i++) start += lines[i].length + 1;
+    var end = start + (lines[line - 1] || "").length;
+    t.focus();
+    t.setSelectionRange(start, end);
+  }
+
+  function showProblems() {
+    var data = document.getElementById("problem-lines");
+    var ed = editor();
+    if (!data || !ed) return;
+    try { ed.showProblems(JSON.parse(data.textContent)); } catch (e) { /* a malformed answer marks nothing */ }
+  }
+
+  function applyStepResult() {
+    var data = document.getElementById("step-result");
+    if (!data) return;
+    var text = JSON.parse(data.textContent);
+    data.remove();
+    var ed = editor();
+    var t = textarea();
+    if (ed) {
+      ed.setText(text); // fires editor-change: the graph and problems follow
+    } else if (t) {
+      t.value = text;
+      t.dispatchEvent(new Event("input", { bubbles: true }));
+    }
+  }
+
+  function openStepForm(stepId) {
+    var select = document.getElementById("edit-step-select");
+    var button = document.getElementById("edit-step-button");
+    if (!select || !button) return;
+    select.value = stepId;
+    if (select.value === stepId) button.click();
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var t = textarea();
+    if (t && window.SwitchyardEditor) {
+      window.SwitchyardEditor.attach(t, { label: "Definition document (YAML)" });
+      showProblems();
+    }
+  });
+
+  document.addEventListener("click", function (event) {
+    var jump = event.target.closest(".problem-jump");
+    if (jump) {
+      event.preventDefault();
+      goToLine(parseInt(jump.getAttribute("data-line"), 10));
+      return;
+    }
+    var close = event.target.closest("[data-close-step-form]");
+    if (close) {
+      document.getElementById("step-form-area").innerHTML = "";
+      return;
+    }
+    var node = event.target.closest("#graph [data-step]");
+    if (node) openStepForm(node.getAttribute("data-step"));
+  });
+
+  document.addEventListener("htmx:afterSettle", function () {
+    showProblems();
+    applyStepResult();
+  });
+})();

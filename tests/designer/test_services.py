@@ -68,8 +68,12 @@ def test_check_reports_a_syntax_error_at_its_line() -> None:
 
 
 def test_a_step_is_appended_and_connected_leaving_comments_elsewhere() -> None:
-    step = {"id": "look", "type": "human-task", "assignment": {"mode": "group", "value": "ops"},
-            "decisions": [{"name": "ok", "next": "done"}]}
+    step = {
+        "id": "look",
+        "type": "human-task",
+        "assignment": {"mode": "group", "value": "ops"},
+        "decisions": [{"name": "ok", "next": "done"}],
+    }
     text, rewritten = services.apply_step(DOC, step, connect_from="wait|next")
     assert not rewritten
     assert "# a comment at the top stays" in text and "# the first step" in text and "# the end" in text

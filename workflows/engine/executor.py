@@ -19,7 +19,7 @@ from django.db import DatabaseError, close_old_connections, transaction
 
 from workflows import conf
 from workflows.definitions.plan import Plan
-from workflows.engine import db, effects, locks, observers, outcomes, segment
+from workflows.engine import db, effects, faults, locks, observers, outcomes, segment
 from workflows.engine.drive import DeadlineExceeded, DeterministicFailure, StepLimitExceeded
 from workflows.exceptions import DefinitionError, VersionNotRunnable, WorkflowError
 
@@ -60,6 +60,22 @@ class Head:
     run_status: str
 
 
+def settled(run_id: Any, command_id: int, kind: str, outcome: str, duration_ms: float = 0.0) -> None:
+    """Every settlement: one observer event and one log line (ids, kind, outcome, duration;
+    never a payload value)."""
+    observers.emit(observers.CommandSettled(str(run_id), command_id, kind, outcome, duration_ms))
+    log.info(
+        "command settled",
+        extra={
+            "run_id": str(run_id),
+            "command_id": command_id,
+            "kind": kind,
+            "outcome": outcome,
+            "duration_ms": round(duration_ms, 2),
+        },
+    )
+
+
 def executor_id() -> str:
     return f"{NODE_ID}-{os.getpid()}"
 
@@ -94,8 +110,11 @@ def _target_resident(head: Head) -> bool:
 
     target = head.target if isinstance(head.target, dict) else {}
     try:
-        cache.get_plan(scope=str(target.get("scope") or head.scope), definition_id=head.definition_id,
-                       version=int(target.get("version")))  # type: ignore[arg-type]
+        cache.get_plan(
+            scope=str(target.get("scope") or head.scope),
+            definition_id=head.definition_id,
+            version=int(target.get("version")),
+        )  # type: ignore[arg-type]
     except (VersionNotRunnable, TypeError, ValueError):
         return True
     except DefinitionError:
@@ -174,7 +193,7 @@ def _settle_at_claim(run: dict[str, Any], cmd: dict[str, Any], decision: str) ->
         "lease_until = NULL WHERE id = %s",
         [settle.status, settle.reason, cmd["id"]],
     )
-    observers.emit(observers.CommandSettled(str(run["id"]), cmd["id"], cmd["kind"], settle.status))
+    settled(run["id"], cmd["id"], cmd["kind"], settle.status)
 
 
 def _dead_letter(run: dict[str, Any], cmd: dict[str, Any]) -> None:
@@ -191,10 +210,11 @@ def _dead_letter(run: dict[str, Any], cmd: dict[str, Any]) -> None:
         drive.history.add("WORKFLOW_FAILED", command_id=cmd["id"], actor=drive.actor, outcome="MAX_ATTEMPTS")
     drive.save()
     db.execute(
-        "UPDATE workflow_commands SET status = 'DEAD', token = NULL, lease_until = NULL, last_error = %s WHERE id = %s",
+        "UPDATE workflow_commands SET status = 'DEAD', settled_at = now(), token = NULL, lease_until = NULL, "
+        "last_error = %s WHERE id = %s",
         [f"MAX_ATTEMPTS: {cmd['attempts']} attempts spent", cmd["id"]],
     )
-    observers.emit(observers.CommandSettled(str(run["id"]), cmd["id"], cmd["kind"], "DEAD"))
+    settled(run["id"], cmd["id"], cmd["kind"], "DEAD")
 
 
 def defer(head: Head) -> int:
@@ -265,7 +285,7 @@ def _outcome_unknown(head: Head, token: Any) -> None:
         [head.id, token],
     )
     if updated:
-        observers.emit(observers.CommandSettled(str(head.run_id), head.id, head.kind, "OUTCOME_UNKNOWN"))
+        settled(head.run_id, head.id, head.kind, "OUTCOME_UNKNOWN")
 
 
 def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: float) -> None:
@@ -319,7 +339,7 @@ def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: fl
                     "settled_at = now() WHERE id = %s",
                     [reason[:4000], cmd["id"]],
                 )
-                observers.emit(observers.CommandSettled(str(head.run_id), head.id, head.kind, "FAILED"))
+                settled(head.run_id, head.id, head.kind, "FAILED")
                 return
         if time.monotonic() > deadline + margin * 0.9:
             _release(head.id, token)
@@ -344,6 +364,7 @@ def process(head: Head) -> str:
     token = claim(head, lease_seconds=settings.LEASE_SECONDS, max_attempts=settings.MAX_ATTEMPTS)
     if token is None:
         return "SKIPPED"
+    faults.point("after_claim")
     margin = _margin()
     deadline = started + settings.LEASE_SECONDS - margin
     while True:
@@ -392,7 +413,9 @@ def process(head: Head) -> str:
                 close_old_connections()
                 _retry_transient(head, token, f"TRANSIENT: database failure ({type(exc).__name__})")
                 return "TRANSIENT"
-            log.exception("command %s failed in the database", head.id)
+            # exception text can quote values: only its type above DEBUG
+            log.error("command %s failed in the database (%s)", head.id, type(exc).__name__)
+            log.debug("database failure of command %s", head.id, exc_info=True)
             _fail(
                 head,
                 token,
@@ -402,7 +425,8 @@ def process(head: Head) -> str:
             )
             return "FAILED"
         except Exception as exc:
-            log.error("command %s failed (%s)", head.id, type(exc).__name__, exc_info=True)
+            log.error("command %s failed (%s)", head.id, type(exc).__name__)
+            log.debug("failure of command %s", head.id, exc_info=True)
             _fail(
                 head,
                 token,
@@ -411,18 +435,8 @@ def process(head: Head) -> str:
                 deadline=deadline,
             )
             return "FAILED"
-        duration = (time.monotonic() - started) * 1000
-        observers.emit(observers.CommandSettled(str(head.run_id), head.id, head.kind, settle.status, duration))
-        log.info(
-            "command settled",
-            extra={
-                "run_id": str(head.run_id),
-                "command_id": head.id,
-                "kind": head.kind,
-                "outcome": settle.status,
-                "duration_ms": round(duration, 2),
-            },
-        )
+        faults.point("after_segment_commit")
+        settled(head.run_id, head.id, head.kind, settle.status, (time.monotonic() - started) * 1000)
         return settle.status
 
 
@@ -492,5 +506,9 @@ def earliest_delay_seconds() -> float | None:
 
 
 def queue_counts() -> dict[str, int]:
-    rows = db.fetchall("SELECT status, count(*) FROM workflow_commands GROUP BY status")
+    # only the statuses the partial indexes cover: never a count over every settled command
+    rows = db.fetchall(
+        "SELECT status, count(*) FROM workflow_commands WHERE status IN "
+        "('PENDING','DEFERRED','CLAIMED','PARKED','DEAD','OUTCOME_UNKNOWN','FAILED') GROUP BY status"
+    )
     return {str(s): int(n) for s, n in rows}

@@ -103,6 +103,9 @@ class Command(ActorColumns):
                 condition=models.Q(status__in=["DEAD", "OUTCOME_UNKNOWN", "PARKED", "FAILED"]),
             ),
             models.Index(fields=["task_id"], name="workflow_cmd_task", condition=models.Q(task_id__isnull=False)),
+            models.Index(
+                fields=["settled_at"], name="workflow_cmd_settled", condition=models.Q(settled_at__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:

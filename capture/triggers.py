@@ -306,8 +306,12 @@ def _registry_changed(sender: Any, **kwargs: Any) -> None:
 
 
 def _request_started(sender: Any, **kwargs: Any) -> None:
-    # a process that only deletes records must still learn which models matter
-    watch()
+    # a process that only deletes records must still learn which models matter (at most one
+    # registry read per REFRESH_SECONDS); capture never fails a request over it
+    try:
+        watch()
+    except Exception:
+        log.debug("capture: the trigger registry was not refreshed for this request", exc_info=True)
 
 
 def connect() -> None:

@@ -1,0 +1,212 @@
+"""Captures in the admin: a read-only list and detail, and the reconcile screen.
+
+The reconcile screen (``admin/capture/capture/reconcile/``) lists the captures dispatch could
+not settle (FAILED, OUTCOME_UNKNOWN) with what is known about each; Replay and Resolve open a
+confirmation page that asks for the reason. Only administrators (superusers, or users with
+``capture.reconcile_capture``) reach it; anyone else signed in gets 403. The screen changes
+nothing itself: it calls :func:`capture.reconcile.reconcile`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import NoReverseMatch, URLPattern, path, reverse
+from django.utils.html import format_html
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_protect
+
+from capture import reconcile as reconciling
+from capture.models import UNRESOLVED, Capture, CaptureStatus
+from workflows.exceptions import WorkflowError
+
+PAGE_SIZE = 50
+DECISIONS = {
+    "replay": {
+        "title": "Replay capture {pk}",
+        "button": "Replay capture",
+        "explain": "The whole captured event is dispatched again: the triggers eligible now are evaluated "
+        "and their runs started, and any dispatch effect runs again.",
+    },
+    "resolve": {
+        "title": "Resolve capture {pk}",
+        "button": "Resolve capture",
+        "explain": "The capture is closed as resolved: nothing is dispatched, nothing runs again.",
+    },
+}
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(
+        label="Reason",
+        max_length=reconciling.REASON_LIMIT,
+        error_messages={"required": "Give the reason for this decision."},
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 60, "aria-describedby": "reason-help"}),
+        help_text="Why this is the right decision, e.g. what you checked in the other system. Kept on the capture.",
+    )
+
+    def clean_reason(self) -> str:
+        text = str(self.cleaned_data.get("reason", "")).strip()
+        if not text:
+            raise forms.ValidationError("Give the reason for this decision.")
+        return text
+
+
+def record_link(capture: Capture) -> str:
+    """``app.Model #pk``, linked to the record's admin page while the record exists."""
+    label = f"{capture.model} #{capture.object_pk}"
+    if capture.event == "deleted":
+        return format_html("{} <span class='quiet'>(deleted)</span>", label)
+    app_label, _, model_name = capture.model.partition(".")
+    try:
+        url = reverse(f"admin:{app_label}_{model_name.lower()}_change", args=[capture.object_pk])
+    except NoReverseMatch:
+        return label
+    return format_html('<a href="{}">{}</a>', url, label)
+
+
+def administrators_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Signed out: the admin login. Signed in without the right: 403 (not a login page)."""
+
+    @wraps(view)
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path(), reverse("admin:login"))
+        if not reconciling.is_administrator(request.user):
+            raise PermissionDenied("only administrators reconcile captures")
+        return view(request, *args, **kwargs)
+
+    return csrf_protect(never_cache(guarded))
+
+
+@admin.register(Capture)
+class CaptureAdmin(admin.ModelAdmin):
+    list_display = ("id", "record", "event", "status", "attempts", "actor_name", "created_at", "dispatched_at", "error")
+    list_filter = ("status", "event", "model")
+    search_fields = ("=object_pk", "model", "actor_name", "last_error")
+    ordering = ("-id",)
+    date_hierarchy = "created_at"
+    readonly_fields = [f.name for f in Capture._meta.fields]
+    change_list_template = "admin/capture/capture/change_list.html"
+    change_form_template = "admin/capture/capture/change_form.html"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the retention task deletes old dispatched captures; the rest is evidence
+
+    @admin.display(description="record")
+    def record(self, obj: Capture) -> str:
+        return record_link(obj)
+
+    @admin.display(description="last error")
+    def error(self, obj: Capture) -> str:
+        return obj.last_error[:120]
+
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path("reconcile/", administrators_only(self.reconcile_list_view), name="capture_capture_reconcile"),
+            path(
+                "<int:capture_id>/reconcile/<str:decision>/",
+                administrators_only(self.reconcile_confirm_view),
+                name="capture_capture_reconcile_confirm",
+            ),
+            *super().get_urls(),
+        ]
+
+    def _context(self, request: HttpRequest, title: str) -> dict[str, Any]:
+        return {**self.admin_site.each_context(request), "title": title, "opts": self.model._meta}
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        extra = {
+            **(extra_context or {}),
+            "unresolved_count": Capture.objects.filter(status__in=UNRESOLVED).count(),
+            "can_reconcile": reconciling.is_administrator(request.user),
+        }
+        return super().changelist_view(request, extra_context=extra)
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        capture = Capture.objects.filter(pk=object_id).first() if object_id.isdigit() else None
+        extra = {
+            **(extra_context or {}),
+            "reconcilable": capture is not None and capture.unresolved,
+            "can_reconcile": reconciling.is_administrator(request.user),
+        }
+        return super().change_view(request, object_id, form_url, extra_context=extra)
+
+    # --- the reconcile screen ----------------------------------------------------------------
+
+    def reconcile_list_view(self, request: HttpRequest) -> HttpResponse:
+        shown = request.GET.get("status", "")
+        rows: QuerySet[Capture] = Capture.objects.filter(status__in=UNRESOLVED).order_by("created_at", "id")
+        if shown in UNRESOLVED:
+            rows = rows.filter(status=shown)
+        page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+        return TemplateResponse(
+            request,
+            "capture/admin/reconcile_list.html",
+            {
+                **self._context(request, "Captures to reconcile"),
+                "page": page,
+                "rows": [{"capture": c, "record": record_link(c)} for c in page.object_list],
+                "shown": shown,
+                "statuses": [(s.value, s.label) for s in (CaptureStatus.FAILED, CaptureStatus.OUTCOME_UNKNOWN)],
+            },
+        )
+
+    def reconcile_confirm_view(self, request: HttpRequest, capture_id: int, decision: str) -> HttpResponse:
+        if decision not in DECISIONS:
+            raise Http404("no such decision")
+        capture = Capture.objects.filter(pk=capture_id).first()
+        if capture is None:
+            raise Http404("capture not found")
+        back = reverse("admin:capture_capture_reconcile")
+        form = ReasonForm(request.POST if request.method == "POST" else None)
+        refused = ""
+        if request.method == "POST" and form.is_valid():
+            try:
+                done = reconciling.reconcile(
+                    capture_id=capture.pk,
+                    replay=decision == "replay",
+                    reason=form.cleaned_data["reason"],
+                    by=request.user,
+                )
+            except WorkflowError as error:
+                refused = error.message
+            else:
+                outcome = "queued for dispatch again" if done.replayed else "resolved"
+                self.message_user(request, f"Capture {done.pk} was {outcome}.", messages.SUCCESS)
+                return HttpResponseRedirect(back)
+        text = DECISIONS[decision]
+        status = 409 if refused else 200
+        return TemplateResponse(
+            request,
+            "capture/admin/reconcile_confirm.html",
+            {
+                **self._context(request, text["title"].format(pk=capture.pk)),
+                "capture": capture,
+                "record": record_link(capture),
+                "decision": decision,
+                "text": text,
+                "form": form,
+                "refused": refused,
+                "back": back,
+            },
+            status=status,
+        )

@@ -1,0 +1,180 @@
+"""Captures in the API (``/api/v1/captures/``): the list, and reconcile for administrators.
+
+- ``GET /api/v1/captures/`` — newest first, cursor-paged; filters ``status`` (one or more,
+  comma-separated), ``event``, ``model`` (``app_label.ModelName``), ``object_pk``. Needs
+  ``capture.view_capture`` (or being an administrator).
+- ``POST /api/v1/captures/{id}/reconcile/`` — ``{"replay": true|false, "reason": "..."}``;
+  administrators only (superusers, ``capture.reconcile_capture``); answers the capture.
+  Refusals: PERMISSION_DENIED (403), CAPTURE_NOT_FOUND (404), INVALID_TRANSITION (409: pending,
+  active, dispatched or resolved), INVALID_PAYLOAD (400: blank reason).
+
+Adapters only: the reconcile itself is :func:`capture.reconcile.reconcile`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import path
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from capture import reconcile as reconciling
+from capture.models import Capture, CaptureEvent, CaptureStatus
+from workflows.api import pagination
+from workflows.api.views import PAGE, ApiView, errors, valid
+
+VIEW_CAPTURES = "capture.view_capture"
+
+
+class CanReadCaptures(BasePermission):
+    message = f"reading captures needs the permission {VIEW_CAPTURES}"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        if not (user and user.is_authenticated):
+            return False
+        return bool(user.has_perm(VIEW_CAPTURES) or reconciling.is_administrator(user))
+
+
+class CaptureCursor(pagination.HistoryCursor):
+    ordering = ("-id",)
+
+
+class ReconciledOut(serializers.Serializer):
+    by = serializers.CharField()
+    at = serializers.DateTimeField()
+    reason = serializers.CharField()
+    replayed = serializers.BooleanField()
+
+
+class CaptureOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    model = serializers.CharField()
+    object_pk = serializers.CharField()
+    event = serializers.ChoiceField(choices=CaptureEvent.choices)
+    status = serializers.ChoiceField(choices=CaptureStatus.choices)
+    snapshot = serializers.JSONField(allow_null=True)
+    previous = serializers.JSONField(allow_null=True)
+    changed = serializers.ListField(child=serializers.CharField())
+    actor = serializers.CharField(allow_null=True)
+    registry_stamp = serializers.CharField(allow_blank=True)
+    attempts = serializers.IntegerField()
+    last_error = serializers.CharField(allow_blank=True)
+    effect_started_at = serializers.DateTimeField(allow_null=True)
+    runs_started = serializers.ListField(child=serializers.CharField())
+    runs_cancelled = serializers.ListField(child=serializers.CharField())
+    created_at = serializers.DateTimeField()
+    dispatched_at = serializers.DateTimeField(allow_null=True)
+    replays = serializers.IntegerField()
+    reconciled = ReconciledOut(allow_null=True)
+
+
+class ReconcileInput(serializers.Serializer):
+    replay = serializers.BooleanField()
+    reason = serializers.CharField(max_length=reconciling.REASON_LIMIT, allow_blank=True, trim_whitespace=False)
+
+
+def capture_dict(capture: Capture) -> dict[str, Any]:
+    reconciled = None
+    if capture.reconciled_at is not None:
+        reconciled = {
+            "by": capture.reconciled_by,
+            "at": capture.reconciled_at,
+            "reason": capture.reconcile_reason,
+            "replayed": bool(capture.replayed),
+        }
+    return {
+        "id": capture.pk,
+        "model": capture.model,
+        "object_pk": capture.object_pk,
+        "event": capture.event,
+        "status": capture.status,
+        "snapshot": capture.snapshot,
+        "previous": capture.previous,
+        "changed": list(capture.changed or []),
+        "actor": capture.actor_name or None,
+        "registry_stamp": capture.registry_stamp,
+        "attempts": capture.attempts,
+        "last_error": capture.last_error,
+        "effect_started_at": capture.effect_started_at,
+        "runs_started": list(capture.runs_started or []),
+        "runs_cancelled": list(capture.runs_cancelled or []),
+        "created_at": capture.created_at,
+        "dispatched_at": capture.dispatched_at,
+        "replays": capture.replays,
+        "reconciled": reconciled,
+    }
+
+
+FILTERS = [
+    OpenApiParameter("status", OpenApiTypes.STR, description="one or more statuses, comma-separated"),
+    OpenApiParameter("event", OpenApiTypes.STR, enum=[e.value for e in CaptureEvent]),
+    OpenApiParameter("model", OpenApiTypes.STR, description="app_label.ModelName"),
+    OpenApiParameter("object_pk", OpenApiTypes.STR, description="the record's primary key"),
+]
+
+
+class CapturesView(ApiView):
+    pagination_class = CaptureCursor
+    read_permission = CanReadCaptures
+
+    @extend_schema(
+        operation_id="captures_list",
+        tags=["captures"],
+        summary="Record captures, newest first",
+        parameters=[*PAGE, *FILTERS],
+        responses={200: CaptureOut(many=True), **errors(404, e404="NOT_FOUND: an invalid cursor")},
+    )
+    def get(self, request: Request) -> Response:
+        rows = Capture.objects.all()
+        params = request.query_params
+        statuses = [s for s in params.get("status", "").split(",") if s in CaptureStatus.values]
+        if params.get("status") is not None:
+            rows = rows.filter(status__in=statuses)
+        if params.get("event"):
+            rows = rows.filter(event=params["event"])
+        if params.get("model"):
+            rows = rows.filter(model__iexact=params["model"])
+        if params.get("object_pk"):
+            rows = rows.filter(object_pk=params["object_pk"])
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(rows, request, view=self) or []
+        return paginator.get_paginated_response(CaptureOut([capture_dict(c) for c in page], many=True).data)
+
+
+class CaptureReconcileView(ApiView):
+    @extend_schema(
+        operation_id="captures_reconcile",
+        tags=["captures"],
+        summary="Replay or resolve a failed or unknown-outcome capture (administrators)",
+        request=ReconcileInput,
+        parameters=[OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH)],
+        responses={
+            200: CaptureOut,
+            **errors(
+                400,
+                404,
+                409,
+                e400="INVALID_PAYLOAD: the body's shape, or a blank reason (pointer /reason)",
+                e404="CAPTURE_NOT_FOUND",
+                e409="INVALID_TRANSITION: the capture is pending, being dispatched, dispatched or resolved",
+            ),
+        },
+    )
+    def post(self, request: Request, id: str) -> Response:
+        if not reconciling.is_administrator(request.user):
+            raise reconciling.NotAdministrator("only administrators reconcile captures")
+        data = valid(ReconcileInput, request.data)
+        capture = reconciling.reconcile(capture_id=id, replay=data["replay"], reason=data["reason"], by=request.user)
+        return Response(CaptureOut(capture_dict(capture)).data)
+
+
+urlpatterns = [
+    path("", CapturesView.as_view(), name="captures"),
+    path("<str:id>/reconcile/", CaptureReconcileView.as_view(), name="capture-reconcile"),
+]

@@ -178,6 +178,7 @@ class TestProtocol:
     def test_an_unknown_path_under_the_api_is_a_problem_404(self, admin_api: APIClient) -> None:
         assert_problem(admin_api.get(f"/api/v1/{SENTINEL}/"), 404, "NOT_FOUND")
         assert_problem(admin_api.get("/api/v1/runs"), 404, "NOT_FOUND")
+        assert_problem(admin_api.post("/api/v1/definitions/x/%0A/-1/publish/"), 404, "NOT_FOUND")
 
     def test_an_invalid_cursor_is_404(self, admin_api: APIClient) -> None:
         assert_problem(admin_api.get(START, {"cursor": SENTINEL}), 404, "NOT_FOUND")

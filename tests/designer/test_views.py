@@ -314,3 +314,86 @@ def test_deploy_without_parked_runs_goes_to_the_workflow_page(author: Client) ->
     _deploy_v1()
     response = author.post("/designer/deploy/", {"text": APPROVAL.replace("Total", "Sum"), "scope": "default"})
     assert response["Location"] == "/designer/default/approval/"
+
+
+def test_without_javascript_check_now_answers_the_whole_editor(viewer: Client) -> None:
+    broken = APPROVAL.replace("initialStep: review", "initialStep: nowhere")
+    page = viewer.post("/designer/check/", {"text": broken, "scope": "default"}).content.decode()
+    assert "<h1>New workflow" in page
+    assert "<code>/initialStep</code>" in page
+    assert "initialStep: nowhere" in page  # the text as posted, back in the editor
+
+
+def test_a_decision_step_is_written_with_its_routes(viewer: Client) -> None:
+    response = _htmx(
+        viewer,
+        "/designer/step/",
+        {
+            "text": APPROVAL,
+            "step_type": "decision",
+            "step_id": "big-or-small",
+            "connect_from": "review|decisions/0/next",
+            "routes_0_when": "state.total > 1000",
+            "routes_0_to": "review",
+            "f_default": "approved",
+        },
+    )
+    assert response.status_code == 200
+    text = json.loads(
+        re.search(r'id="step-result" type="application/json">(.*?)</script>', response.content.decode(), re.S).group(1)
+    )
+    plan = services.check(text).plan
+    assert plan is not None
+    step = plan.steps["big-or-small"]
+    assert step.routes[0].to == "review" and step.routes[0].when.source == "state.total > 1000"
+    assert step.default == "approved"
+
+
+def test_editing_a_step_keeps_the_fields_the_form_does_not_show(viewer: Client) -> None:
+    original = services.step_of(APPROVAL, "review")
+    assert original is not None
+    form = _htmx(viewer, "/designer/step-form/", {"text": APPROVAL, "action": "edit", "edit": "review"}).content
+    assert b'name="f_due__after"' in form
+    response = _htmx(
+        viewer,
+        "/designer/step/",
+        {
+            "text": APPROVAL,
+            "step_type": "human-task",
+            "original_id": "review",
+            "step_id": "review",
+            "f_title": "Approve {{ state.number }} now",
+            "f_assignment__mode": "user",
+            "f_assignment__value": "alice",
+            "f_due__after": "P1D",
+            "f_due__next": "rejected",
+            "decisions_0_name": "approve",
+            "decisions_0_label": "Approve it",
+            "decisions_0_next": "approved",
+            "decisions_0_set": '{"status": "approved"}',
+            "decisions_1_name": "reject",
+            "decisions_1_next": "rejected",
+        },
+    )
+    text = json.loads(
+        re.search(r'id="step-result" type="application/json">(.*?)</script>', response.content.decode(), re.S).group(1)
+    )
+    step = services.step_of(text, "review")
+    assert step is not None
+    assert step["title"] == "Approve {{ state.number }} now"
+    assert step["assignment"] == {"mode": "user", "value": "alice"}
+    assert step["due"] == {"after": "P1D", "next": "rejected"}
+    assert step["decisions"][0]["payloadSchema"] == original["decisions"][0]["payloadSchema"]
+    assert step["decisions"][0]["label"] == "Approve it"
+    assert "set" not in step["decisions"][1]  # emptied in the form
+    assert services.check(text).ok
+
+
+def test_a_duration_that_is_not_iso_8601_is_refused(viewer: Client) -> None:
+    response = _htmx(
+        viewer,
+        "/designer/step/",
+        {"text": APPROVAL, "step_type": "timer", "step_id": "pause", "f_after": "3 days", "f_next": "approved"},
+    )
+    assert response.status_code == 422
+    assert "ISO-8601 duration" in response.content.decode()

@@ -47,9 +47,7 @@ from workflows.engine import db, driver, locks, segment, teardown, waits
 from workflows.engine.actors import Actor
 from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
 from workflows.exceptions import (
-    InstanceNotFound,
     InvalidPayload,
-    LockTimeout,
     MigrationIllegalState,
     Violation,
     WorkflowError,
@@ -135,10 +133,9 @@ def apply_migration(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
         _settle_item(migration_id, run["id"], "REJECTED", "TARGET_NOT_ENTERED", cmd["id"])
         return segment.Settle("REJECTED", "MIGRATION_REJECTED: the target node could not be entered")
     if action == "move":
-        segment._after_drive(drive, outcome)
-    _settle_item(
-        migration_id, run["id"], {"move": "MOVED", "cancel": "CANCELLED", "end": "ENDED"}[action], "", cmd["id"]
-    )
+        segment._after_drive(drive, outcome)  # the item was marked MOVED with the park it closed
+    else:
+        _settle_item(migration_id, run["id"], {"cancel": "CANCELLED", "end": "ENDED"}[action], "", cmd["id"])
     return segment._completed(drive, cmd)
 
 
@@ -166,26 +163,42 @@ def _from(run: dict[str, Any]) -> dict[str, Any]:
     return {"scope": run["scope"], "version": int(run["version"]), "step": run["current_step"]}
 
 
+# -- name: leave_for_target
+# Admit the move and leave the old wait in one statement: the run has no active branches and
+# the target row is AVAILABLE and not marked failing (read under a share lock, so a retirement
+# or deprecation of the target cannot commit between this check and the re-pin); only then
+# close the park with where the run goes, withdraw the main path's approval and mark the
+# migration item MOVED (the segment's savepoint takes all of it back if entering the target
+# node fails).
+LEAVE_FOR_TARGET = (
+    "WITH a AS (SELECT NOT EXISTS (SELECT 1 FROM workflow_branches WHERE run_id = %(run)s "
+    "AND status IN ('RUNNING','WAITING')) AS no_branches, d.status, d.failure FROM workflow_definitions d "
+    "WHERE d.scope = %(scope)s AND d.definition_id = %(definition)s AND d.version = %(version)s FOR SHARE OF d), "
+    "ok AS (SELECT 1 FROM a WHERE a.no_branches AND a.status = 'AVAILABLE' AND coalesce(a.failure, '') = ''), "
+    "p AS (UPDATE workflow_parks SET left_at = now(), left_how = 'moved', moved_to_version = %(version)s, "
+    "moved_to_scope = %(scope)s, moved_to_node = %(node)s, moved_by = %(by)s, migration_id = %(migration)s "
+    "WHERE id = %(park)s AND left_at IS NULL AND EXISTS (SELECT 1 FROM ok) RETURNING id), "
+    "t AS (UPDATE workflow_tasks SET status = 'WITHDRAWN', reservation_owner = NULL, closed_at = now(), "
+    "updated_at = now() WHERE run_id = %(run)s AND branch_id = '' AND status IN ('OPEN','COMPLETING') "
+    "AND EXISTS (SELECT 1 FROM ok) RETURNING id, step), "
+    "i AS (UPDATE workflow_migration_items SET status = 'MOVED', detail = '', command_id = %(command)s, "
+    "updated_at = now() WHERE record_id = %(migration)s AND run_id = %(run)s AND EXISTS (SELECT 1 FROM ok) "
+    "RETURNING id) "
+    "SELECT (SELECT no_branches FROM a), EXISTS (SELECT 1 FROM ok), "
+    "coalesce((SELECT json_agg(json_build_object('id', t.id, 'step', t.step)) FROM t), '[]'::json), "
+    "(SELECT count(*) FROM p) + (SELECT count(*) FROM i)"
+)
+
+
 def _move(drive: Drive, cmd: dict[str, Any], target: dict[str, Any], target_scope: str) -> Any:
     run = drive.run
     wait = run["wait"] or {}
-    if wait.get("kind") == "join" or db.fetchone(
-        "SELECT 1 FROM workflow_branches WHERE run_id = %s AND status IN ('RUNNING','WAITING') LIMIT 1", [run["id"]]
-    ):
+    if wait.get("kind") == "join":
         raise _Rejected("the run has active branches")
     try:
         target_version = int(target.get("version"))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise _Rejected("the target revision is not named") from None
-    # pin admission: the target row is read under a share lock, so a retirement or a
-    # deprecation of the target cannot commit between this check and the re-pin
-    row = db.fetchone(
-        "SELECT status, failure FROM workflow_definitions WHERE scope = %s AND definition_id = %s AND version = %s "
-        "FOR SHARE",
-        [target_scope, run["definition_id"], target_version],
-    )
-    if row is None or row[0] != "AVAILABLE" or row[1]:
-        raise _Rejected("the target revision is not available")
     target_plan = _target_plan(target_scope, run["definition_id"], target_version)
     source_plan = drive.plan
     assert source_plan is not None
@@ -197,18 +210,35 @@ def _move(drive: Drive, cmd: dict[str, Any], target: dict[str, Any], target_scop
     new_state = _mapped_state(run, target_plan, target_version)
 
     origin = _from(run)
-    by = actor_label(drive.actor)
     migration_id = target.get("migration")
-    waits.close_park(
-        wait.get("park"),
-        "moved",
-        version=target_version,
-        scope=target_scope,
-        node=step,
-        by=by,
-        migration_id=migration_id,
+    row = db.fetchone(
+        LEAVE_FOR_TARGET,
+        {
+            "run": run["id"],
+            "scope": target_scope,
+            "definition": run["definition_id"],
+            "version": target_version,
+            "node": step,
+            "by": actor_label(drive.actor),
+            "migration": migration_id,
+            "park": wait.get("park"),
+            "command": cmd["id"],
+        },  # type: ignore[arg-type]  # named parameters
     )
-    _withdraw_main_path_tasks(drive)
+    assert row is not None  # the statement always answers one row
+    if row[0] is False:
+        raise _Rejected("the run has active branches")
+    if not row[1]:
+        raise _Rejected("the target revision is not available")
+    for t in row[2] or []:
+        drive.history.add(
+            "TASK_WITHDRAWN",
+            step=t["step"],
+            command_id=drive.command_id,
+            actor=drive.actor,
+            payload={"task": str(t["id"]), "reason": "moved"},
+        )
+    wait["park"] = None  # closed above with where the run went; leaving must not close it again
     if wait.get("kind") == "call" and wait.get("child"):
         # the called run was started by the node being left; the target node starts its own
         child = locks.lock_run(wait["child"])
@@ -261,7 +291,7 @@ def _target_plan(scope: str, definition_id: str, version: int) -> Plan:
     try:
         return cache.get_plan(scope=scope, definition_id=definition_id, version=version)
     except WorkflowError:
-        raise _Rejected("the target revision cannot be run") from None
+        raise _Rejected("the target revision is not available") from None
 
 
 def _mapped_state(run: dict[str, Any], target_plan: Plan, target_version: int) -> Any:
@@ -285,23 +315,9 @@ def _mapped_state(run: dict[str, Any], target_plan: Plan, target_version: int) -
     return state if fn is None else mapped
 
 
-def _withdraw_main_path_tasks(drive: Drive) -> None:
-    for t in db.fetchdicts(
-        "UPDATE workflow_tasks SET status = 'WITHDRAWN', reservation_owner = NULL, closed_at = now(), "
-        "updated_at = now() WHERE run_id = %s AND branch_id = '' AND status IN ('OPEN','COMPLETING') "
-        "RETURNING id, step",
-        [drive.run["id"]],
-    ):
-        drive.history.add(
-            "TASK_WITHDRAWN",
-            step=t["step"],
-            command_id=drive.command_id,
-            actor=drive.actor,
-            payload={"task": str(t["id"]), "reason": "moved"},
-        )
-
-
 def _reject_undeclared_parked(drive: Drive, target_plan: Plan) -> None:
+    if not int(drive.run["open_signals"] or 0):
+        return  # a parked signal holds an open-signal slot: none is parked
     rows = db.fetchdicts(
         "SELECT id, target FROM workflow_commands WHERE run_id = %s AND status = 'PARKED' AND kind = 'SIGNAL'",
         [drive.run["id"]],
@@ -663,12 +679,11 @@ def apply_batch(*, record_id: int, actor: Actor, confirm: int | None = None, lim
 
     Each run is re-checked under its execution lock: a run no longer at the position it was
     selected at, ended, or with another migration pending is marked MOVED_ON (not forced); a
-    failed run REJECTED. The executor re-checks again when it applies the command.
+    failed run REJECTED; a run whose lock is busy right now stays for the next Apply. The
+    executor checks each command again when it applies it.
     Refuses: MIGRATION_ILLEGAL_STATE (discarded or unknown record), INVALID_PAYLOAD (a batch of
     more than 100 runs applied for the first time without ``confirm`` equal to its size).
     """
-    from workflows.engine import recording
-
     batch = int(limit or conf.get().MIGRATE.APPLY_BATCH)
     with transaction.atomic():
         # the record row serialises concurrent Apply presses (lock order: record, then runs)
@@ -693,16 +708,14 @@ def apply_batch(*, record_id: int, actor: Actor, confirm: int | None = None, lim
             "WHERE record_id = %s AND status = 'SELECTED' ORDER BY id LIMIT %s",
             [record_id, batch],
         )
-        outcomes: list[tuple[int, str, str, int | None]] = []
-        for item in items:
-            outcomes.append(_record_one(recording, rec, item, actor))
+        outcomes = _record_batch(rec, items, actor) if items else []
         if outcomes:
             db.execute(
                 "UPDATE workflow_migration_items i SET status = v.status, detail = v.detail, "
                 "command_id = v.command_id, updated_at = now() "
                 "FROM (SELECT unnest(%s::bigint[]) AS id, unnest(%s::text[]) AS status, "
                 "unnest(%s::text[]) AS detail, unnest(%s::bigint[]) AS command_id) v "
-                "WHERE i.id = v.id AND i.status = 'SELECTED' AND v.status <> 'SELECTED'",
+                "WHERE i.id = v.id AND i.status = 'SELECTED'",
                 [
                     [o[0] for o in outcomes],
                     [o[1] for o in outcomes],
@@ -719,41 +732,103 @@ def apply_batch(*, record_id: int, actor: Actor, confirm: int | None = None, lim
     return progress(record_id=record_id)
 
 
-def _record_one(
-    recording: Any, rec: dict[str, Any], item: dict[str, Any], actor: Actor
-) -> tuple[int, str, str, int | None]:
-    try:
-        with transaction.atomic():  # a savepoint: one run's refusal never undoes the others
-            run = locks.lock_run(item["run_id"])
-            if run["status"] in teardown.ENDED:
-                return item["id"], "MOVED_ON", "ENDED", None
-            if run["status"] == "FAILED":
-                return item["id"], "REJECTED", "INSTANCE_FAILED", None
-            if (
-                run["status"] != "WAITING"
-                or run["current_step"] != item["source_node"]
-                or int(run["version"]) != int(rec["source_version"])
-                or run["scope"] != rec["scope"]
-            ):
-                return item["id"], "MOVED_ON", "MOVED_ON", None
-            recorded = recording.migrate(
-                run_id=item["run_id"],
-                target_version=int(rec["target_version"]),
-                target_scope=rec["target_scope"],
-                target_step=item["target_node"] or None,
-                action=item["action"],
-                actor=actor,
-                migration_id=int(rec["id"]),
-                expected_step=item["source_node"],
-                expected_version=int(rec["source_version"]),
-            )
-            return item["id"], "RECORDED", "", recorded.command_id
-    except MigrationIllegalState:
-        return item["id"], "MOVED_ON", "MIGRATION_PENDING", None
-    except InstanceNotFound:
-        return item["id"], "MOVED_ON", "RUN_GONE", None
-    except LockTimeout:
-        return item["id"], "SELECTED", "", None  # busy: left for the next Apply
+# -- name: lock_batch
+# The execution locks of a batch of runs, taken together without waiting: a run whose lock is
+# busy (a segment, an approver's completion, a cancel) is skipped and stays for the next Apply,
+# so this never waits for one run's lock while holding others.
+LOCK_BATCH = (
+    "SELECT id, scope, version, status, current_step, next_seq FROM workflow_runs WHERE id = ANY(%s::uuid[]) "
+    "ORDER BY id FOR NO KEY UPDATE SKIP LOCKED"
+)
+
+# -- name: migrations_pending
+MIGRATIONS_PENDING = (
+    "SELECT DISTINCT run_id FROM workflow_commands WHERE run_id = ANY(%s::uuid[]) AND kind = 'MIGRATION' "
+    "AND status IN ('PENDING','DEFERRED','CLAIMED')"
+)
+
+# -- name: record_migrations
+# One MIGRATION command per run at the run's next queue position (the same row recording.migrate
+# writes), and the runs' queue counters moved on, in one statement.
+RECORD_MIGRATIONS = (
+    "WITH v AS (SELECT * FROM unnest(%s::uuid[], %s::int[], %s::jsonb[]) AS v(run_id, seq, target)), "
+    "c AS (INSERT INTO workflow_commands (run_id, seq, kind, timer_kind, status, payload, target, task_id, timer_id, "
+    "dedup_key, fingerprint, attempts, transient_count, deferral_count, recorded_at, order_at, available_at, fire_at, "
+    "claimed_by, last_error, context, was_parked, reconciled_by, reconcile_reason, reconcile_action, "
+    "actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status) "
+    "SELECT v.run_id, v.seq, 'MIGRATION', '', 'PENDING', NULL, v.target, NULL, NULL, '', '', 0, 0, 0, "
+    "clock_timestamp(), clock_timestamp(), clock_timestamp(), NULL, '', '', NULL, false, '', '', '', "
+    "%s, %s, %s, %s, %s FROM v RETURNING id, run_id), "
+    "u AS (UPDATE workflow_runs r SET next_seq = v.seq + 1, updated_at = now() FROM v WHERE r.id = v.run_id) "
+    "SELECT id, run_id FROM c"
+)
+
+
+def _record_batch(
+    rec: dict[str, Any], items: list[dict[str, Any]], actor: Actor
+) -> list[tuple[int, str, str, int | None]]:
+    """The checks of ``recording.migrate`` (ended, scope, pending migration) and the position
+    check, for a whole batch in four statements; answers (item id, status, detail, command id)."""
+    from workflows.engine import observers, wakeups
+
+    ids = [str(i["run_id"]) for i in items]
+    locked = {str(r["id"]): r for r in db.fetchdicts(LOCK_BATCH, [ids])}
+    pending = {str(r[0]) for r in db.fetchall(MIGRATIONS_PENDING, [list(locked)])} if locked else set()
+    outcomes: list[tuple[int, str, str, int | None]] = []
+    chosen: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for item in items:
+        run = locked.get(str(item["run_id"]))
+        if run is None:
+            continue  # busy right now: left SELECTED for the next Apply
+        if run["status"] in teardown.ENDED:
+            outcomes.append((item["id"], "MOVED_ON", "ENDED", None))
+        elif run["status"] == "FAILED":
+            outcomes.append((item["id"], "REJECTED", "INSTANCE_FAILED", None))
+        elif (
+            run["status"] != "WAITING"
+            or run["current_step"] != item["source_node"]
+            or int(run["version"]) != int(rec["source_version"])
+            or run["scope"] != rec["scope"]
+        ):
+            outcomes.append((item["id"], "MOVED_ON", "MOVED_ON", None))
+        elif str(run["id"]) in pending:
+            outcomes.append((item["id"], "MOVED_ON", "MIGRATION_PENDING", None))
+        else:
+            chosen.append((item, run))
+    if not chosen:
+        return outcomes
+    targets = [
+        db.jsonb(
+            {
+                "version": int(rec["target_version"]),
+                "scope": rec["target_scope"],
+                "step": item["target_node"] or None,
+                "action": item["action"],
+                "migration": int(rec["id"]),
+                "expected_step": item["source_node"],
+                "expected_version": int(rec["source_version"]),
+            }
+        )
+        for item, _ in chosen
+    ]
+    recorded = {
+        str(run_id): int(command_id)
+        for command_id, run_id in db.fetchall(
+            RECORD_MIGRATIONS,
+            [
+                [str(run["id"]) for _, run in chosen],
+                [int(run["next_seq"]) for _, run in chosen],
+                targets,
+                *actor.columns(),
+            ],
+        )
+    }
+    for item, run in chosen:
+        outcomes.append((item["id"], "RECORDED", "", recorded[str(run["id"])]))
+        wakeups.wake(run["id"])
+        if actor.kind == "NONE":
+            observers.emit(observers.ActorAbsent("MIGRATION"))
+    return outcomes
 
 
 # -- name: settle_items_from_commands

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
 
-from workflows.engine import db, wakeups
+from workflows.engine import db, faults, wakeups
 from workflows.engine.actors import Actor
 from workflows.engine.drive import Drive
 
@@ -157,6 +157,7 @@ def deliver(intent_id: int) -> str:
         return "SKIPPED"
     try:
         _perform(intent)
+        faults.point("outbox_delivery")  # the receiver has it; the intent is not DELIVERED yet
     except Exception as exc:  # noqa: BLE001 - any failure of a receiver is retried, then dead
         log.warning("outbox delivery failed for intent %s (%s)", intent_id, type(exc).__name__)
         dead = intent["attempts"] >= MAX_DELIVERY_ATTEMPTS

@@ -13,6 +13,8 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from workflows.engine import faults
+
 log = logging.getLogger("workflows.engine")
 
 Notifier = Callable[[list[tuple[str, datetime | None]]], None]
@@ -46,6 +48,7 @@ def _fire(state: dict[str, Any]) -> None:
     state["runs"].clear()
     state["intents"].clear()
     try:
+        faults.point("before_publish")  # committed, the wake-ups not yet sent
         if runs and _notifier is not None:
             _notifier([(run, at) for run, at in runs])
         if intents and _intent_notifier is not None:

@@ -53,7 +53,7 @@ class Rule:
 
 
 _rules: dict[str, Rule] = {}
-_random = random.Random()
+_random = random.Random()  # noqa: S311  (fault timing, not secrets)
 _log_path = ""
 _segment_log = False
 
@@ -97,10 +97,7 @@ def point(name: str) -> None:
 
 def _hit(rule: Rule) -> None:
     rule.hits += 1
-    if rule.nth is not None:
-        fire = rule.hits == rule.nth
-    else:
-        fire = _random.random() < (rule.probability or 0.0)
+    fire = rule.hits == rule.nth if rule.nth is not None else _random.random() < (rule.probability or 0.0)
     if not fire:
         return
     if _log_path:
@@ -159,7 +156,9 @@ def _from_environment() -> None:
     global _segment_log
     spec = os.environ.get("SWITCHYARD_FAULTS", "")
     if spec:
-        configure(spec, seed=os.environ.get("SWITCHYARD_FAULTS_SEED"), log_path=os.environ.get("SWITCHYARD_FAULTS_LOG", ""))
+        configure(
+            spec, seed=os.environ.get("SWITCHYARD_FAULTS_SEED"), log_path=os.environ.get("SWITCHYARD_FAULTS_LOG", "")
+        )
     _segment_log = os.environ.get("SWITCHYARD_SEGMENT_LOG", "").strip().lower() in {"1", "true", "yes", "on"}
 
 

@@ -17,7 +17,7 @@ from django.db import transaction
 
 from workflows.definitions import plan as p
 from workflows.definitions.plan import Plan
-from workflows.engine import commands, db, driver, locks, outbox, outcomes, teardown, waits
+from workflows.engine import commands, db, driver, faults, locks, outbox, outcomes, teardown, waits
 from workflows.engine.actors import Actor
 from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
 from workflows.engine.evaluate import apply_set, evaluate
@@ -76,6 +76,7 @@ def run(
             raise Busy()
         if cmd is None:
             raise Fenced()
+        segment_log = faults.segment_started(run_id, command_id, token, executor_id)
         actor = actor_of(cmd)
         drive = Drive.for_run(
             run_row,
@@ -91,6 +92,8 @@ def run(
         if cmd.get("reconcile_action") == "resolve":
             drive.resolved_effect = (cmd["target"] or {}).get("resolved_step", "") if cmd["kind"] != "SIGNAL" else ""
         settle = apply(drive, cmd)
+        faults.point("before_settle")
+        faults.segment_settling(segment_log, command_id, token, settle.status)
         # the settlement, the history and the run row in one round trip; a settlement that
         # updates no row (the claim no longer stands) rolls everything back
         if drive.save(first=settlement(drive, cmd, settle)) != 1:

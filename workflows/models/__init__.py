@@ -15,6 +15,7 @@ from workflows.models.history import HistoryEntry
 from workflows.models.migrations_log import MigrationItem, MigrationItemStatus, MigrationRecord, MigrationRecordStatus
 from workflows.models.parks import Park, ParkKind
 from workflows.models.runs import ENDED_STATUSES, LIVE_STATUSES, Run, RunStatus
+from workflows.models.segments import SegmentLog
 from workflows.models.tasks import Task, TaskStatus
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "ParkKind",
     "Run",
     "RunStatus",
+    "SegmentLog",
     "Task",
     "TaskStatus",
     "Timer",

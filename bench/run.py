@@ -1,0 +1,379 @@
+"""Switchyard's hot-path benchmark, side by side with a peer (DBOS Transact).
+
+    python3 dev.py bench            # or: make bench   (about 6-9 minutes on 2 cores)
+    python3 dev.py bench --quick    # a smoke run (about a minute)
+    python3 dev.py bench --help     # every option
+
+On the machine's PostgreSQL (``DATABASE_URL``, default
+postgres://postgres@127.0.0.1:5432/switchyard_bench; the bench creates and drops its own
+database, never ``postgres``) and Redis (``CELERY_BROKER_URL``, default
+redis://127.0.0.1:6379/5), with two real Celery worker processes and beat:
+
+1. throughput: N approval runs (start → service step → human task → completion → done)
+   started through ``workflows.operations`` from this process, their tasks completed from a
+   separate process; completed runs/s, CPU ms per run (client, workers, PostgreSQL backends),
+   transactions per run (``pg_stat_database.xact_commit``);
+2. latency: completion → run done at a paced 20 completions/s;
+3. the DBOS peer (``../shared/peers/dbos_bench.py``), same shape, same server, own databases;
+4. scale: worker memory over many commands, compiling a 200-step document, a plan-cache
+   hit, the run viewer over a run with 10,000 history entries.
+
+Writes ``bench/results/<time>-<mode>.json`` and prints a one-line summary. See
+docs/performance.md for what the figures mean and the last results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(ROOT))
+
+import measure  # noqa: E402  (bench/ is on sys.path as this script's folder)
+
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/switchyard_bench"
+DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/5"
+RESERVED = {"", "postgres", "template0", "template1"}
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="bench/run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--quick", action="store_true", help="a smoke run: small N, small scale figures (~1 min)")
+    ap.add_argument("--n", type=int, help="runs in the throughput phase (default 2000; quick 300)")
+    ap.add_argument("--latency-n", type=int, help="runs in the paced latency phase (default 200; quick 60)")
+    ap.add_argument("--rate", type=float, default=20.0, help="paced completions per second (default 20)")
+    ap.add_argument(
+        "--pool",
+        choices=["solo", "prefork"],
+        default="solo",
+        help="two `--pool=solo` workers (default) or one prefork worker with -c 2",
+    )
+    ap.add_argument("--starters", type=int, default=4, help="threads calling operations.start (default 4)")
+    ap.add_argument("--senders", type=int, default=4, help="threads in the completer process (default 4)")
+    ap.add_argument(
+        "--soak-commands", type=int, help="commands run for the worker-memory figure (default 20000; quick 2000)"
+    )
+    ap.add_argument("--history-entries", type=int, help="history entries of the viewer's run (default 10000)")
+    ap.add_argument("--no-peer", action="store_true", help="skip the DBOS peer")
+    ap.add_argument(
+        "--peer-processes",
+        type=int,
+        default=2,
+        help="DBOS application processes in the throughput phase (default 2, like our 2 workers)",
+    )
+    ap.add_argument("--no-scale", action="store_true", help="skip the scale figures")
+    ap.add_argument(
+        "--idle-pct",
+        type=float,
+        default=25.0,
+        help="wait before each phase until the machine is below this busy %% (default 25)",
+    )
+    ap.add_argument("--idle-wait", type=float, default=60.0, help="at most this long, in seconds (default 60)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="per-phase timeout in seconds")
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="attach py-spy to the workers during the throughput phase; collapsed stacks into DIR",
+    )
+    ap.add_argument("--keep-db", action="store_true", help="keep the bench databases afterwards")
+    ap.add_argument("--out", type=Path, help="the JSON result file (default bench/results/<time>-<mode>.json)")
+    # the completer role (a separate process started by the bench)
+    ap.add_argument("--role", choices=["bench", "completer"], default="bench", help=argparse.SUPPRESS)
+    ap.add_argument("--tag", help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, default=4, help=argparse.SUPPRESS)
+    ap.add_argument("--sync-dir", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    quick = args.quick
+    args.n = args.n or (300 if quick else 2000)
+    args.latency_n = args.latency_n or (60 if quick else 200)
+    args.soak_commands = args.soak_commands if args.soak_commands is not None else (2000 if quick else 20000)
+    args.history_entries = args.history_entries or (2000 if quick else 10000)
+    return args
+
+
+def environment() -> tuple[str, str, str, dict[str, str]]:
+    """(server URL, bench database name, broker URL, the environment of every bench process)."""
+    url = os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
+    name = measure.database_of(url)
+    if name in RESERVED:
+        name = measure.database_of(DEFAULT_DATABASE_URL)
+    broker = os.environ.get("CELERY_BROKER_URL") or DEFAULT_BROKER_URL
+    env = {k: v for k, v in os.environ.items() if k not in ("SWITCHYARD_DB_NAME", "SWITCHYARD_TEST_DB")}
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "DATABASE_URL": measure.with_database(url, name),
+            "CELERY_BROKER_URL": broker,
+            # the peer runs at WARNING too; per-command INFO lines are a deployment's choice
+            "LOG_LEVEL": "WARNING",
+            "WORKFLOWS_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    return url, name, broker, env
+
+
+def setup_django(env: dict[str, str], process: str) -> None:
+    os.environ.update(env)
+    os.environ["SWITCHYARD_PROCESS"] = process
+    import django
+
+    django.setup()
+
+
+def say(text: str) -> None:
+    print(f"bench: {text}", flush=True)
+
+
+def main() -> int:
+    args = parse_args()
+    server_url, dbname, broker, env = environment()
+    if args.role == "completer":
+        setup_django(env, "bench-completer")
+        import hotpath
+
+        hotpath.completer_main(args.tag, args.rate, args.threads, args.sync_dir)
+        return 0
+    return run_bench(args, server_url, dbname, broker, env)
+
+
+def run_bench(args: argparse.Namespace, server_url: str, dbname: str, broker: str, env: dict[str, str]) -> int:
+    started = time.monotonic()
+    mode = "quick" if args.quick else "full"
+    peer_db = f"{dbname}_dbos"
+    peer_dbs = [f"{peer_db}_{i}" for i in range(args.peer_processes)] + [f"{peer_db}_lat"]
+    say(
+        f"{mode} run: database {dbname} on {measure.with_database(server_url, '')}, broker {broker}, "
+        f"pool {args.pool}, N={args.n}"
+    )
+    measure.recreate_database(server_url, dbname)
+
+    def cleanup() -> None:
+        if not args.keep_db:
+            for name in [dbname, *peer_dbs]:
+                try:
+                    measure.drop_database(server_url, name)
+                except Exception as exc:
+                    print(f"bench: could not drop {name} ({type(exc).__name__})", file=sys.stderr)
+
+    atexit.register(cleanup)
+    setup_django(env, "bench-client")
+    import hotpath
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    hotpath.deploy()
+    from config.celery import app
+
+    app.control.purge()  # nothing left over from an earlier, interrupted bench
+
+    result: dict[str, Any] = {
+        "mode": mode,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine(server_url),
+        "config": {
+            k: (str(v) if isinstance(v, Path) else v)
+            for k, v in vars(args).items()
+            if k not in ("role", "tag", "threads", "sync_dir")
+        },
+    }
+    probe = measure.Probe(measure.with_database(server_url, dbname))
+    logdir = Path(tempfile.mkdtemp(prefix="switchyard-bench-logs-"))
+    workers = hotpath.Workers(env=env, pool=args.pool, logdir=logdir)
+    starter = hotpath.Starter(args.starters)
+    ctx = hotpath.Context(
+        env=env,
+        probe=probe,
+        workers=workers,
+        starter=starter,
+        sender_threads=args.senders,
+        timeout=args.timeout,
+        idle_pct=args.idle_pct,
+        idle_wait_s=args.idle_wait,
+        profile_dir=args.profile,
+    )
+    ours: dict[str, Any] = {"pool": args.pool}
+    try:
+        workers.start()
+        say(f"workers started ({args.pool}); logs in {logdir}")
+        hotpath.warm_up(ctx)
+        ours["worker_rss_mb_after_warm_up"] = workers.rss_mb()
+        say(f"throughput: {args.n} runs")
+        ours["throughput"] = hotpath.throughput(ctx, args.n)
+        say(
+            f"  {ours['throughput']['end_to_end_runs_per_s']} runs/s, "
+            f"{ours['throughput']['cpu_ms_per_run']['total']} ms CPU/run, "
+            f"{ours['throughput']['transactions_per_run']} tx/run"
+        )
+        say(f"latency: {args.latency_n} completions at {args.rate}/s")
+        ours["latency"] = hotpath.latency(ctx, args.latency_n, args.rate)
+        say(
+            f"  p50 {ours['latency']['completion_to_done_ms']['p50']} ms, "
+            f"p95 {ours['latency']['completion_to_done_ms']['p95']} ms"
+        )
+        if args.soak_commands and not args.no_scale:
+            say(f"worker memory: {args.soak_commands} more commands")
+            ours["worker_memory"] = hotpath.soak(ctx, args.soak_commands, batch=1000 if not args.quick else 500)
+            say(
+                f"  RSS {ours['worker_memory']['samples'][-1]['rss_mb']} MiB, growth after the first batch "
+                f"{ours['worker_memory']['growth_after_first_batch_mb']} MiB"
+            )
+    finally:
+        workers.stop()
+        starter.close()
+        probe.close()
+    result["ours"] = ours
+
+    if not args.no_scale:
+        import scale
+
+        say("scale: compile a 200-step document, plan-cache hit")
+        result["scale"] = {"compile": scale.compile_figures()}
+        say(
+            f"  compile {result['scale']['compile']['compile_ms']['median']} ms, "
+            f"hit {result['scale']['compile']['plan_cache_hit_ms']} ms"
+        )
+        say(f"scale: a run with {args.history_entries} history entries and its viewer page")
+        result["scale"]["history"] = scale.history_figures(args.history_entries)
+        say(f"  viewer {result['scale']['history']['run_viewer']}")
+
+    from django.db import connections
+
+    connections.close_all()
+    if not args.no_peer:
+        if not __import__("peer").available():
+            say("the peer scripts (../shared/peers) are missing: no peer figures")
+        else:
+            import peer
+
+            measure.wait_idle(args.idle_pct, args.idle_wait)
+            say(f"peer: DBOS, {args.n} workflows in {args.peer_processes} processes")
+            result["dbos"] = {
+                "throughput": peer.throughput(server_url, args.n, args.peer_processes, peer_db, args.timeout)
+            }
+            say(f"  {result['dbos']['throughput']['end_to_end_runs_per_s']} runs/s")
+            measure.wait_idle(args.idle_pct, args.idle_wait)
+            say(f"peer: DBOS latency, {args.latency_n} sends at {args.rate}/s")
+            result["dbos"]["latency"] = peer.latency(
+                server_url, args.latency_n, args.rate, f"{peer_db}_lat", args.timeout
+            )
+            say(f"  p50 {result['dbos']['latency']['completion_to_done_ms']['p50']} ms")
+    result["ratios"] = ratios(result)
+    result["targets"] = targets(result)
+    result["wall_s"] = round(time.monotonic() - started, 1)
+
+    out = args.out or BENCH / "results" / f"{time.strftime('%Y%m%d-%H%M%S')}-{mode}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(one_line(result, out), flush=True)
+    return 0
+
+
+def machine(server_url: str) -> dict[str, Any]:
+    import psutil
+    import psycopg
+
+    with psycopg.connect(measure.with_database(server_url, "postgres"), autocommit=True) as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+        settings = dict(
+            conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN ('shared_buffers','synchronous_commit','fsync',"
+                "'max_connections','wal_level')"
+            ).fetchall()
+        )
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "postgresql": version,
+        "postgresql_settings": settings,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def ratios(result: dict[str, Any]) -> dict[str, Any]:
+    ours, dbos = result.get("ours", {}), result.get("dbos")
+    if not dbos:
+        return {}
+    tp = ours["throughput"]["end_to_end_runs_per_s"] / dbos["throughput"]["end_to_end_runs_per_s"]
+    ol, dl = ours["latency"]["completion_to_done_ms"], dbos["latency"]["completion_to_done_ms"]
+    return {
+        "throughput_ours_over_dbos": round(tp, 2),
+        "latency_p50_ours_over_dbos": round(ol["p50"] / dl["p50"], 2),
+        "latency_p95_ours_over_dbos": round(ol["p95"] / dl["p95"], 2),
+        "cpu_per_run_ours_over_dbos": round(
+            ours["throughput"]["cpu_ms_per_run"]["total"] / dbos["throughput"]["cpu_ms_per_run"]["total"], 2
+        ),
+    }
+
+
+def targets(result: dict[str, Any]) -> dict[str, Any]:
+    ours = result["ours"]
+    r = result.get("ratios") or {}
+    found: dict[str, Any] = {
+        "cpu_total_le_10ms": ours["throughput"]["cpu_ms_per_run"]["total"] <= 10,
+        "transactions_le_6": ours["throughput"]["transactions_per_run"] <= 6,
+        "latency_p95_le_15ms": ours["latency"]["completion_to_done_ms"]["p95"] <= 15,
+    }
+    if r:
+        found["throughput_ge_2x_dbos"] = r["throughput_ours_over_dbos"] >= 2
+        found["throughput_ge_3x_dbos_stretch"] = r["throughput_ours_over_dbos"] >= 3
+        found["latency_p50_le_dbos"] = r["latency_p50_ours_over_dbos"] <= 1
+    scale = result.get("scale")
+    if scale:
+        found["compile_200_steps_lt_100ms"] = scale["compile"]["compile_ms"]["median"] < 100
+        found["plan_cache_hit_lt_0_1ms"] = scale["compile"]["plan_cache_hit_ms"] < 0.1
+        viewer = scale["history"]["run_viewer"]
+        if viewer.get("available"):
+            found["viewer_10k_history_lt_300ms"] = viewer["ms"]["median"] < 300
+    return found
+
+
+def one_line(result: dict[str, Any], out: Path) -> str:
+    ours = result["ours"]
+    tp, lat = ours["throughput"], ours["latency"]["completion_to_done_ms"]
+    parts = [f"ours {tp['end_to_end_runs_per_s']} runs/s"]
+    if result.get("dbos"):
+        d = result["dbos"]
+        r = result["ratios"]
+        parts[0] += f" vs DBOS {d['throughput']['end_to_end_runs_per_s']} ({r['throughput_ours_over_dbos']}x)"
+        parts.append(
+            f"p50 {lat['p50']} ms vs {d['latency']['completion_to_done_ms']['p50']} ms "
+            f"({r['latency_p50_ours_over_dbos']}x), p95 {lat['p95']} ms"
+        )
+    else:
+        parts.append(f"p50 {lat['p50']} ms, p95 {lat['p95']} ms")
+    parts.append(f"CPU {tp['cpu_ms_per_run']['total']} ms/run, {tp['transactions_per_run']} tx/run")
+    if "scale" in result:
+        s = result["scale"]
+        viewer = s["history"]["run_viewer"]
+        parts.append(
+            f"compile {s['compile']['compile_ms']['median']} ms, hit {s['compile']['plan_cache_hit_ms']} ms"
+            + (f", viewer {viewer['ms']['median']} ms" if viewer.get("available") else "")
+        )
+    if "worker_memory" in ours:
+        parts.append(f"worker RSS growth {ours['worker_memory']['growth_after_first_batch_mb']} MiB")
+    missed = [k for k, ok in result["targets"].items() if not ok and "stretch" not in k]
+    parts.append("targets met" if not missed else f"MISSED {', '.join(missed)}")
+    try:
+        shown = out.relative_to(ROOT)
+    except ValueError:
+        shown = out
+    return "bench: " + " | ".join(parts) + f" -> {shown}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

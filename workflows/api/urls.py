@@ -50,6 +50,7 @@ v1 = [
     path("activations/", views.ActivationsView.as_view(), name="activations"),
     path("activations/<str:scope>/<str:definition_id>/", views.ActivationView.as_view(), name="activation"),
     path("captures/", include("capture.api")),
+    path("migrations/", include("workflows.api.migrations")),
     re_path(r"^.*$", views.not_found),
 ]
 

@@ -1,0 +1,124 @@
+"""The bulk migration API (/api/v1/migrations/): freeze, apply in batches, read the record."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
+
+from tests.engine.test_migration import REVISION_1, REVISION_2
+from workflows import definitions, operations, queries
+from workflows.models import Command
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def parked(db: None, drain: Callable[..., int]) -> dict[str, list[str]]:
+    for text, activate in ((REVISION_1, True), (REVISION_2, False)):
+        ref = definitions.load(scope="default", text=text, format="yaml")
+        definitions.publish(scope="default", definition_id=ref.definition_id, version=ref.version)
+        if activate:
+            definitions.activate(
+                scope="default", definition_id=ref.definition_id, version=ref.version, target_scope="default"
+            )
+    runs = {
+        "review": [
+            operations.start(definition_id="purchase-move", payload={"route": "review"}, business_key=f"PO-{i}").run_id
+            for i in range(3)
+        ],
+        "cool-off": [operations.start(definition_id="purchase-move", payload={"route": "cool"}).run_id],
+    }
+    drain()
+    return runs
+
+
+def body(**rows: Any) -> dict[str, Any]:
+    return {"definition_id": "purchase-move", "source_version": 1, "target_version": 2, "rows": list(rows.values())}
+
+
+def test_freeze_apply_and_read_a_migration(
+    parked: dict[str, list[str]],
+    make_user: Callable[..., User],
+    client_for: Callable[..., APIClient],
+    drain: Callable[..., int],
+) -> None:
+    api = client_for(make_user("mover", "workflows.migrate_runs"))
+    picked = parked["review"][:2]
+    frozen = api.post(
+        "/api/v1/migrations/",
+        {
+            **body(
+                review={
+                    "node": "review",
+                    "kind": "TASK",
+                    "action": "move",
+                    "target_node": "manager-review",
+                    "runs": picked,
+                },
+                cool={"node": "cool-off", "kind": "TIMER", "action": "end", "runs": "all"},
+            ),
+            "reason": "reviews go to managers",
+        },
+        format="json",
+    )
+    assert frozen.status_code == 201, frozen.content
+    record = frozen.json()
+    assert (record["status"], record["total"], record["created_by"]) == ("PREVIEWED", 3, "mover")
+    assert record["preview"][0]["target"]["assignment"] == {"mode": "user", "value": "bob"}
+    assert not Command.objects.filter(kind="MIGRATION").exists()
+
+    applied = api.post(f"/api/v1/migrations/{record['id']}/apply/", {}, format="json")
+    assert applied.status_code == 200 and applied.json()["in_flight"] == 3
+    drain()
+    read = api.get(f"/api/v1/migrations/{record['id']}/").json()
+    assert (read["status"], read["counts"]) == ("DONE", {"MOVED": 2, "ENDED": 1})
+    runs = api.get(f"/api/v1/migrations/{record['id']}/runs/?status=MOVED").json()["results"]
+    assert sorted(r["run"] for r in runs) == sorted(picked)
+    listed = api.get("/api/v1/migrations/?definition_id=purchase-move").json()["results"]
+    assert [r["id"] for r in listed] == [record["id"]]
+    assert queries.tasks_for(User.objects.create_user("bob")).count() == 2
+
+
+def test_nothing_selected_changes_nothing(
+    parked: dict[str, list[str]], make_user: Callable[..., User], client_for: Callable[..., APIClient]
+) -> None:
+    api = client_for(make_user("mover", "workflows.change_definitionversion"))
+    answer = api.post(
+        "/api/v1/migrations/",
+        body(review={"node": "review", "kind": "TASK", "action": "end", "runs": []}),
+        format="json",
+    )
+    assert answer.status_code == 200 and answer.json()["id"] is None
+
+
+def test_callers_without_the_permission_are_refused(
+    parked: dict[str, list[str]], make_user: Callable[..., User], client_for: Callable[..., APIClient]
+) -> None:
+    api = client_for(make_user("starter", "workflows.add_run", "workflows.change_run"))
+    answer = api.post(
+        "/api/v1/migrations/",
+        body(review={"node": "review", "kind": "TASK", "action": "end", "runs": "all"}),
+        format="json",
+    )
+    assert answer.status_code == 403 and answer.json()["code"] == "PERMISSION_DENIED"
+    assert api.get("/api/v1/migrations/").status_code == 403
+
+
+def test_bad_input_is_refused_value_free(
+    parked: dict[str, list[str]], make_user: Callable[..., User], client_for: Callable[..., APIClient]
+) -> None:
+    api = client_for(make_user("mover", "workflows.migrate_runs"))
+    answer = api.post(
+        "/api/v1/migrations/",
+        body(
+            review={"node": "review", "kind": "TASK", "action": "move", "target_node": "LEAK-SENTINEL", "runs": "all"}
+        ),
+        format="json",
+    )
+    assert answer.status_code == 400 and "LEAK-SENTINEL" not in answer.content.decode()
+    assert answer.json()["violations"][0]["pointer"] == "/rows/0/target_node"
+    assert api.get("/api/v1/migrations/999999/").status_code == 404

@@ -59,7 +59,8 @@ class Spec:
         return "f_" + self.key.replace("/", "__")
 
 
-NEXT = Spec("next", "Next step", "step", "The step that follows.", required=True)
+# required, but may be left empty when the step is connected on an exit (it continues there)
+NEXT = Spec("next", "Next step", "step", "The step that follows; empty: where the exit it is connected on led.")
 TYPE_FIELDS: dict[str, tuple[Spec, ...]] = {
     "service": (
         Spec("target", "Target", help="A registered service handler or an https:// webhook URL.", required=True),
@@ -400,6 +401,8 @@ class StepForm(forms.Form):
                     f"routes_{i}_{first.key}" if not row[first.key].strip() else f"routes_{i}_to",
                     "A route needs a condition and a step to go to.",
                 )
+        if any(spec is NEXT for spec in self.specs) and not data.get(NEXT.name) and not data.get("connect_from"):
+            self.add_error(NEXT.name, "Name the step that follows.")
         if self.type == "human-task" and not self._row_values():
             self.add_error(None, "A human task needs at least one decision.")
         fire_at = _get(self.original or {}, "fireAt")

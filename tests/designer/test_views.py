@@ -397,3 +397,41 @@ def test_a_duration_that_is_not_iso_8601_is_refused(viewer: Client) -> None:
     )
     assert response.status_code == 422
     assert "ISO-8601 duration" in response.content.decode()
+
+
+@pytest.mark.parametrize("step_type", [t for t, _ in __import__("designer.forms").forms.STEP_TYPES])
+def test_every_step_type_has_a_form_with_its_fields(viewer: Client, step_type: str) -> None:
+    from designer.forms import TYPE_FIELDS
+
+    html = _htmx(viewer, "/designer/step-form/", {"text": APPROVAL, "action": "add", "step_type": step_type})
+    page = html.content.decode()
+    assert f'<h3 id="step-form-heading">Add a {step_type} step</h3>' in page
+    for spec in TYPE_FIELDS[step_type]:
+        assert f'name="{spec.name}"' in page
+
+
+@pytest.mark.parametrize(
+    ("step_type", "fields"),
+    [
+        ("timer", {"f_after": "PT10M"}),
+        ("service", {"f_target": "https://hooks.example.com/x", "f_payload": "{'n': state.number}"}),
+        ("email", {"f_to": "'ops@example.com'", "f_subject": "About {{ state.number }}"}),
+        ("call", {"f_definitionId": "approval", "f_payload": "{'number': state.number, 'total': 1}"}),
+        ("fail", {"f_errorType": "stopped", "f_message": "Stopped {{ state.number }}"}),
+        ("end", {"f_reason": "withdrawn"}),
+        ("complete", {}),
+    ],
+)
+def test_a_step_written_by_its_form_compiles_in_place(viewer: Client, step_type: str, fields: dict[str, str]) -> None:
+    data = {"text": APPROVAL, "step_type": step_type, "step_id": "added", "connect_from": "review|decisions/0/next"}
+    response = _htmx(viewer, "/designer/step/", {**data, **fields})
+    assert response.status_code == 200, response.content.decode()
+    text = json.loads(
+        re.search(r'id="step-result" type="application/json">(.*?)</script>', response.content.decode(), re.S).group(1)
+    )
+    result = services.check(text)
+    if step_type in ("fail", "end", "complete"):  # a terminal step on the approve exit leaves 'approved' unreached
+        assert [p.pointer for p in result.problems] == ["/steps/1/id"]
+    else:
+        assert result.problems == []
+        assert result.plan is not None and result.plan.steps["added"].next == "approved"

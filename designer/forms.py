@@ -482,7 +482,9 @@ class StepForm(forms.Form):
 class DocumentForm(forms.Form):
     """The editor's form: the document and the scope it deploys into."""
 
-    text = forms.CharField(strip=False, max_length=262144, widget=forms.Textarea)
+    # the compiler refuses a document over MAX_DOCUMENT_SIZE_BYTES (and says so); this only
+    # bounds what a forged post makes the server hold
+    text = forms.CharField(required=False, strip=False, max_length=1_048_576, widget=forms.Textarea)
     scope = forms.CharField(max_length=255, initial="default")
 
     def clean_scope(self) -> str:

@@ -74,6 +74,14 @@
     if (node) openStepForm(node.getAttribute("data-step"));
   });
 
+  // A refused step form comes back as 422 with its errors: show it (htmx swaps only 2xx by default).
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (event.detail.xhr.status === 422) {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
+
   document.addEventListener("htmx:afterSettle", function () {
     showProblems();
     applyStepResult();

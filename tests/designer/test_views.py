@@ -435,3 +435,8 @@ def test_a_step_written_by_its_form_compiles_in_place(viewer: Client, step_type:
     else:
         assert result.problems == []
         assert result.plan is not None and result.plan.steps["added"].next == "approved"
+
+
+def test_an_empty_document_is_a_problem_not_a_bad_request(viewer: Client) -> None:
+    body = _htmx(viewer, "/designer/check/", {"text": "", "scope": "default"}).content.decode()
+    assert "1 problem" in body and "the document is empty" in body

@@ -105,6 +105,14 @@ def test_from_template_to_deploy_and_the_migrate_dialog(page: Page, live_server:
     form.locator("[name=decisions_1_set]").fill('{"status": "rejected by finance"}')
     page.locator("#status-decisions_1_set", has_text="compiles").wait_for()
     page.screenshot(path=str(shots / "designer-step-form.png"), full_page=True)
+    # a refused form comes back with its errors next to the fields
+    form.locator("[name=f_due__after]").fill("3 days")
+    form.locator("[name=f_due__next]").fill("rejected")
+    page.click("#write-step-button")
+    page.locator("#step-form .field-error", has_text="ISO-8601 duration").wait_for()
+    assert "finance-check" not in _editor_text(page)
+    form.locator("[name=f_due__after]").fill("")
+    form.locator("[name=f_due__next]").fill("")
     page.click("#write-step-button")
     page.locator("#step-done").wait_for()
 

@@ -7,7 +7,9 @@ throughput with real MIGRATION commands.
 For each size N it parks N runs of a two-revision workflow at three positions of revision 1
 (approval, timer, signal wait) **cheaply, by bulk SQL inserts of runs, parks and tasks — not
 through the engine** (no START commands, history or timer rows are written for them; the runs
-look exactly like parked runs to the dialog and to the MIGRATION handler). Then it:
+look exactly like parked runs to the dialog and to the MIGRATION handler; each run also gets
+two parks it has already left, so the parks table holds history as it does in production).
+Then it:
 
 - renders the dialog page (``GET /migrate/<scope>/<id>/?source=1&target=2``) through Django's
   test client as a superuser, ``--renders`` times after a warm-up, and reports the median and
@@ -99,6 +101,14 @@ PARK_RUNS = [
         CASE r.current_step WHEN 'review' THEN 'TASK' WHEN 'cool-off' THEN 'TIMER' ELSE 'SIGNAL' END, '',
         now() - random() * interval '30 days', NULL, '', NULL, '', '', '', NULL
     FROM workflow_runs r WHERE r.definition_id = %(d)s AND r.status = 'WAITING'
+    """,
+    # two earlier waits per run, already left: the table holds history, as it does in production
+    """
+    INSERT INTO workflow_parks (run_id, scope, definition_id, version, node, kind, branch_id, since, left_at,
+        left_how, moved_to_version, moved_to_scope, moved_to_node, moved_by, migration_id)
+    SELECT r.id, 'default', %(d)s, 1, 'earlier-' || e, 'SIGNAL', '', now() - interval '40 days',
+        now() - interval '35 days', 'signal', NULL, '', '', '', NULL
+    FROM workflow_runs r, generate_series(1, 2) e WHERE r.definition_id = %(d)s AND r.status = 'WAITING'
     """,
     """
     INSERT INTO workflow_tasks (id, run_id, branch_id, step, title, description, task_type, assignment_mode,

@@ -345,6 +345,14 @@ def migration_positions(*, scope: str, definition_id: str, version: int) -> list
     return migration.positions(scope=scope, definition_id=definition_id, version=int(version))
 
 
+def migration_positions_by_revision(*, scope: str, definition_id: str) -> dict[int, list[Any]]:
+    """The positions of every revision of a definition in a scope, from one GROUP BY over the
+    open parks' covering index: {version: [Position(node, kind, runs, oldest)]}."""
+    from workflows.engine import migration
+
+    return migration.positions_by_revision(scope=scope, definition_id=definition_id)
+
+
 def parked_by_version(*, definition_id: str) -> dict[tuple[str, int], int]:
     """Parked runs per (scope, revision) of a definition, every revision included."""
     from workflows.engine import migration

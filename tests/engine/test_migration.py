@@ -478,3 +478,71 @@ class TestBulk:
             )
         assert "<script>" not in str(caught.value.message)
         assert caught.value.violations[0].pointer == "/rows/0/target_node"
+
+
+@pytest.mark.django_db(transaction=True)
+class TestConcurrency:
+    def test_a_run_busy_at_apply_is_left_for_the_next_apply_never_waited_for(self, revisions: None, drain: Any) -> None:
+        # An approver's transaction holds one run's lock while Apply runs: Apply must neither
+        # wait for it (it holds the other runs' locks) nor force it; the run stays selected.
+        import threading
+
+        from django.db import connection, transaction
+
+        runs = park_three_positions(drain)
+        record_id = operations.migration_preview(
+            scope="default",
+            definition_id="purchase-move",
+            source_version=1,
+            target_version=2,
+            rows=[row("review", "TASK", target_node="manager-review")],
+        )
+        busy = runs["review"][1]
+        locked, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            try:
+                with transaction.atomic(), connection.cursor() as cur:
+                    cur.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE", [busy])
+                    locked.set()
+                    release.wait(10)
+            finally:
+                connection.close()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            assert locked.wait(10)
+            first = operations.migration_apply(record_id=record_id)
+            assert (first.left, first.in_flight) == (1, 2)
+        finally:
+            release.set()
+            holder.join(10)
+        assert not holder.is_alive()
+        second = operations.migration_apply(record_id=record_id)
+        assert (second.left, second.in_flight) == (0, 3)
+        drain()
+        assert operations.migration_progress(record_id=record_id).counts == {"MOVED": 3}
+
+    def test_a_node_that_cannot_build_the_target_plan_defers_the_migration(
+        self, revisions: None, drain: Any, monkeypatch: Any
+    ) -> None:
+        from workflows.definitions import cache
+        from workflows.engine import executor
+        from workflows.exceptions import DefinitionError
+
+        run_id = start_at("review", drain)
+        operations.migrate(run_id=run_id, target_version=2, target_step="manager-review")
+        real = cache.get_plan
+
+        def without_revision_2(**key: Any) -> Any:
+            if key.get("version") == 2:
+                raise DefinitionError("this node cannot build revision 2")
+            return real(**key)
+
+        monkeypatch.setattr(cache, "get_plan", without_revision_2)
+        head = executor.peek(10, run_id)[0]
+        assert executor.process(head) == "DEFERRED"
+        command = Command.objects.get(run_id=run_id, kind="MIGRATION")
+        assert (command.status, command.attempts) == ("DEFERRED", 0)
+        assert Run.objects.get(pk=run_id).version == 1

@@ -43,6 +43,9 @@ class Park(models.Model):
                 fields=["definition_id", "scope", "version", "node", "kind"],
                 name="workflow_park_positions",
                 condition=models.Q(left_at__isnull=True),
+                # covering: positions of the main path (branch_id = '') and their oldest park are
+                # counted by an index-only scan, without visiting a run's or a park's row
+                include=["branch_id", "since"],
             ),
             models.Index(fields=["run", "left_at"], name="workflow_park_by_run"),
         ]

@@ -100,14 +100,16 @@ def _int(value: Any) -> int | None:
 # --- revisions ---------------------------------------------------------------------------------
 
 
-def _revisions(scope: str, definition_id: str) -> list[dict[str, Any]]:
+def _revisions(scope: str, definition_id: str, positions: dict[int, list[Any]] | None = None) -> list[dict[str, Any]]:
     """Every revision the workflow ever had in this scope (published or later), with its parked
     runs and whether it is the current one."""
     try:
         records = definitions.list(scope=scope, definition_id=definition_id)
     except InvalidPayload:
         return []
-    parked = queries.parked_by_version(definition_id=definition_id)
+    if positions is None:
+        positions = queries.migration_positions_by_revision(scope=scope, definition_id=definition_id)
+    parked = {(scope, v): sum(p.runs for p in rows) for v, rows in positions.items()}
     current = next(
         (
             a.version
@@ -145,7 +147,8 @@ def _default_pair(revisions: list[dict[str, Any]]) -> tuple[int, int]:
 @migrate_required
 @require_GET
 def dialog(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse:
-    revisions = _revisions(scope, definition_id)
+    by_revision = queries.migration_positions_by_revision(scope=scope, definition_id=definition_id)
+    revisions = _revisions(scope, definition_id, by_revision)
     if not revisions:
         raise Http404("no such workflow")
     known = {r["version"] for r in revisions}
@@ -158,17 +161,18 @@ def dialog(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse
         "definition_id": definition_id,
         "revisions": revisions,
         "total_parked": sum(r["parked"] for r in revisions),
-        **_pair(scope, definition_id, source, target, revisions),
+        **_pair(scope, definition_id, source, target, revisions, by_revision.get(source, [])),
     }
     if _htmx(request) and request.headers.get("HX-Target") == "pair":
         return render(request, "workflows/migrate/_pair.html", context)
     return render(request, "workflows/migrate/dialog.html", context)
 
 
-def _pair(scope: str, definition_id: str, source: int, target: int, revisions: list[dict[str, Any]]) -> dict[str, Any]:
+def _pair(
+    scope: str, definition_id: str, source: int, target: int, revisions: list[dict[str, Any]], positions: list[Any]
+) -> dict[str, Any]:
     from workflows.views.graph import render_svg
 
-    positions = queries.migration_positions(scope=scope, definition_id=definition_id, version=source)
     source_plan = queries.migration_plan(scope=scope, definition_id=definition_id, version=source)
     target_plan = queries.migration_plan(scope=scope, definition_id=definition_id, version=target)
     nodes = [(sid, step.type) for sid, step in target_plan.steps.items()] if target_plan is not None else []

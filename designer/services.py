@@ -304,6 +304,12 @@ class Deployed:
         return self.replaced is not None and self.replaced != self.version and self.parked_on_replaced > 0
 
 
+def current_version(scope: str, definition_id: str) -> int | None:
+    """The version of the scope itself its activation record selects (None: no record, or a
+    record that follows the default scope)."""
+    return _replaced_version(scope, definition_id)
+
+
 def _replaced_version(scope: str, definition_id: str) -> int | None:
     for activation in definitions.activations(scope=scope):
         if activation.definition_id == definition_id and activation.target_scope == scope:

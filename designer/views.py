@@ -141,8 +141,7 @@ def _check_context(result: services.Check, scope: str) -> dict[str, Any]:
     if plan is not None:
         try:
             deploys_as = services.next_version(scope, plan.definition_id)
-            wf = services.workflow(scope, plan.definition_id)
-            current = wf.current_version if wf is not None and wf.current_target_scope == scope else None
+            current = services.current_version(scope, plan.definition_id)
         except InvalidArgument:
             deploys_as = None
     return {

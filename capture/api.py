@@ -160,6 +160,8 @@ class CaptureReconcileView(ApiView):
                 400,
                 404,
                 409,
+                413,
+                415,
                 e400="INVALID_PAYLOAD: the body's shape, or a blank reason (pointer /reason)",
                 e404="CAPTURE_NOT_FOUND",
                 e409="INVALID_TRANSITION: the capture is pending, being dispatched, dispatched or resolved",

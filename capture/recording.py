@@ -144,7 +144,8 @@ def record_deletion(instance: models.Model, *, wanted: ModelWatch | None, using:
 
     model = type(instance)
     if wanted is None or "deleted" not in wanted.events:
-        labels = [model._meta.label, model._meta.label_lower]
+        concrete = model._meta.concrete_model._meta  # type: ignore[union-attr]
+        labels = [concrete.label, concrete.label_lower]
         if not queries.live_runs_about(subject_types=labels, subject_id=str(instance.pk)):
             return None
         names: set[str] | frozenset[str] | None = set()
@@ -187,7 +188,7 @@ def _write(
 ) -> Capture:
     actor_pk, actor_name = _actor()
     fields: dict[str, Any] = {
-        "model": instance._meta.label,
+        "model": instance._meta.concrete_model._meta.label,  # type: ignore[union-attr]
         "object_pk": str(instance.pk)[:255],
         "event": event,
         "snapshot": snapshot,

@@ -49,7 +49,8 @@ _REFERENCE = re.compile(r"\b(record|previous)\b(\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)
 
 
 def label_of(model: type[models.Model]) -> str:
-    return model._meta.label_lower
+    """The label a trigger matches, lower case: a proxy model's saves are its concrete model's."""
+    return model._meta.concrete_model._meta.label_lower  # type: ignore[union-attr]
 
 
 def normalise_label(label: str) -> str:

@@ -8,6 +8,7 @@ happened, so nothing replays it until an administrator reconciles it.
 
 from __future__ import annotations
 
+import atexit
 import threading
 from typing import Any
 
@@ -15,6 +16,14 @@ import psycopg
 from django.db import connection
 
 _local = threading.local()
+_opened: list[psycopg.Connection[Any]] = []
+
+
+@atexit.register
+def _close_all() -> None:
+    for conn in _opened:
+        if not conn.closed:
+            conn.close()
 
 
 def _second_connection() -> psycopg.Connection[Any]:
@@ -27,6 +36,7 @@ def _second_connection() -> psycopg.Connection[Any]:
     params.pop("prepare_threshold", None)
     conn = psycopg.connect(**params, autocommit=True)
     _local.conn = conn
+    _opened.append(conn)
     return conn
 
 

@@ -7,14 +7,14 @@ endpoint answers a problem+json 404 rather than Django's HTML page.
 
 from __future__ import annotations
 
-from django.urls import include, path, re_path
+from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from workflows.api import views
 
 app_name = "api"
 
-v1 = [
+v1: list[URLPattern | URLResolver] = [
     path("runs/", views.RunsView.as_view(), name="runs"),
     path("runs/<str:id>/", views.RunView.as_view(), name="run"),
     path("runs/<str:id>/history/", views.RunHistoryView.as_view(), name="run-history"),
@@ -51,7 +51,7 @@ v1 = [
     path("activations/<str:scope>/<str:definition_id>/", views.ActivationView.as_view(), name="activation"),
     path("captures/", include("capture.api")),
     path("migrations/", include("workflows.api.migrations")),
-    re_path(r"^.*$", views.not_found),
+    re_path(r"^[\s\S]*$", views.not_found),  # [\s\S]: a path may hold a (decoded) newline
 ]
 
 urlpatterns = [

@@ -117,6 +117,12 @@ def test_the_dialog_moves_cancels_and_ends_three_positions(
     record = MigrationRecord.objects.get()
     assert (record.status, record.created_by, record.reason) == ("DONE", "admin", "reviews now go to the managers")
 
+    # the record keeps who moved what, and why
+    page.get_by_role("link", name="The migration record").click()
+    page.get_by_role("heading", name=re.compile(r"Migration #\d+")).wait_for()
+    assert "reviews now go to the managers" in page.locator("body").inner_text()
+    page.screenshot(path=str(_shots(tmp_path) / "migrate-record.png"), full_page=True)
+
     # the run viewer explains the move on the park it closed
     page.goto(f"{live_server.url}/runs/{picked[0]}/")
     assert re.search(r"moved to\s+manager-review\s+of version 2\b.*\bby admin", page.locator("body").inner_text())

@@ -452,6 +452,22 @@ def _snapshot() -> None:
         observers.emit(observers.QueueSnapshot(queue_counts()))
 
 
+RECOVER_EVERY_SECONDS = 2.0
+_last_recovery = 0.0
+
+
+def _recover_due() -> None:
+    """Take expired claims back at most every 2 s per process, from whichever worker drains.
+
+    The sweep does it too, but its message queues behind the wake-ups: under a backlog a
+    dead executor's command would wait for the whole backlog, not for its lease."""
+    global _last_recovery
+    now = time.monotonic()
+    if now - _last_recovery >= RECOVER_EVERY_SECONDS:
+        _last_recovery = now
+        recover_expired_leases()
+
+
 def drain(*, run_id: Any = None, budget_seconds: float = 20.0, batch: int | None = None) -> int:
     """Run claimable commands until none is left or the budget is spent. Answers the count."""
     if not conf.get().EXECUTOR.ENABLED:
@@ -461,6 +477,7 @@ def drain(*, run_id: Any = None, budget_seconds: float = 20.0, batch: int | None
     stop = time.monotonic() + budget_seconds
     done = 0
     while time.monotonic() < stop:
+        _recover_due()
         heads = peek(limit, run_id)
         if not heads:
             break

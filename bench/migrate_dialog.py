@@ -205,6 +205,23 @@ def admin_user() -> object:
     return user
 
 
+def commit_ms(samples: int = 50) -> float:
+    """The database's durable commit latency here (fsync-bound): it bounds how many segments a
+    single executor process can commit per second."""
+    from django.db import connection, transaction
+
+    with connection.cursor() as cur:
+        cur.execute("CREATE TABLE IF NOT EXISTS bench_commit_probe (i int)")
+    started = time.perf_counter()
+    for i in range(samples):
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute("INSERT INTO bench_commit_probe VALUES (%s)", [i])
+    elapsed = (time.perf_counter() - started) * 1000 / samples
+    with connection.cursor() as cur:
+        cur.execute("DROP TABLE bench_commit_probe")
+    return elapsed
+
+
 def render_times(renders: int) -> list[float]:
     from django.conf import settings
     from django.test import Client
@@ -333,6 +350,8 @@ def main() -> int:
         f"APPLY_BATCH={conf.get().MIGRATE.APPLY_BATCH}; the in-process executor runs in {args.executors} forked "
         "process(es), each on its own connection (like that many worker processes)."
     )
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    say(f"Machine: {os.cpu_count()} CPU(s), load average {load:.1f}; one durable commit takes {commit_ms():.1f} ms.")
     say("")
     say(
         f"{'parked runs':>12} {'park (s)':>9} {'positions SQL':>14} {'render median':>14} {'render p95':>11} "

@@ -57,6 +57,22 @@ steps:
     type: complete
 """
 
+# A fork whose runs wait at the join "gather" while their current step is the fork "split".
+FORK = """
+definitionId: fork-move
+definitionVersion: {v}
+contract: {{name: fork-move.v1, signals: {{a: null, b: null}}}}
+stateSchema: {{type: object}}
+startPayloadSchema: {{type: object}}
+initialStep: split
+steps:
+  - {{id: split, type: fork, branches: [wa, wb], join: gather}}
+  - {{id: wa, type: wait-signal, signal: a, next: gather}}
+  - {{id: wb, type: wait-signal, signal: b, next: gather}}
+  - {{id: gather, type: join, policy: all, next: done}}
+  - {{id: done, type: complete}}
+"""
+
 # Revision 2 renames the review to manager-review (now bob's, with five days), lengthens the
 # cool-off, and asks the state for a number.
 REVISION_2 = (
@@ -273,22 +289,8 @@ class TestRejections:
             operations.migrate(run_id=run_id, target_version=2)
 
     def test_a_run_waiting_at_a_join_is_rejected(self, deploy: Any, drain: Any) -> None:
-        fork = """
-definitionId: fork-move
-definitionVersion: {v}
-contract: {{name: fork-move.v1, signals: {{a: null, b: null}}}}
-stateSchema: {{type: object}}
-startPayloadSchema: {{type: object}}
-initialStep: split
-steps:
-  - {{id: split, type: fork, branches: [wa, wb], join: gather}}
-  - {{id: wa, type: wait-signal, signal: a, next: gather}}
-  - {{id: wb, type: wait-signal, signal: b, next: gather}}
-  - {{id: gather, type: join, policy: all, next: done}}
-  - {{id: done, type: complete}}
-"""
-        deploy(fork.format(v=1))
-        deploy(fork.format(v=2), activate=False)
+        deploy(FORK.format(v=1))
+        deploy(FORK.format(v=2), activate=False)
         run_id = operations.start(definition_id="fork-move", payload={}).run_id
         drain()
         recorded = operations.migrate(run_id=run_id, target_version=2)
@@ -546,3 +548,26 @@ class TestConcurrency:
         command = Command.objects.get(run_id=run_id, kind="MIGRATION")
         assert (command.status, command.attempts) == ("DEFERRED", 0)
         assert Run.objects.get(pk=run_id).version == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runs_at_a_join_are_counted_at_the_join_and_can_be_ended(deploy: Any, drain: Any) -> None:
+    deploy(FORK.format(v=1))
+    deploy(FORK.format(v=2), activate=False)
+    run_id = operations.start(definition_id="fork-move", payload={}).run_id
+    drain()
+    positions = queries.migration_positions(scope="default", definition_id="fork-move", version=1)
+    assert [(p.node, p.kind, p.runs) for p in positions] == [("gather", "JOIN", 1)]  # branch waits are not rows
+    record_id = operations.migration_preview(
+        scope="default",
+        definition_id="fork-move",
+        source_version=1,
+        target_version=2,
+        rows=[row("gather", "JOIN", action="end")],
+    )
+    operations.migration_apply(record_id=record_id)
+    drain()
+    assert operations.migration_progress(record_id=record_id).counts == {"ENDED": 1}
+    run = Run.objects.get(pk=run_id)
+    assert run.status == "COMPLETED"
+    assert not Park.objects.filter(run_id=run_id, left_at__isnull=True).exists()

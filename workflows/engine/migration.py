@@ -109,7 +109,7 @@ def apply_migration(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
     expected_version = target.get("expected_version")
     if expected_step is not None and (
         run["status"] != "WAITING"
-        or run["current_step"] != expected_step
+        or parked_at(run) != expected_step
         or (expected_version is not None and int(run["version"]) != int(expected_version))
     ):
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="MOVED_ON")
@@ -159,8 +159,15 @@ def _apply(drive: Drive, cmd: dict[str, Any], target: dict[str, Any], action: st
     return _move(drive, cmd, target, target_scope)
 
 
+def parked_at(run: dict[str, Any]) -> str:
+    """The node of the run's main-path park: its wait's step (a run at a join waits at the
+    join while its current step is the fork), else its current step."""
+    wait = run.get("wait")
+    return str((wait or {}).get("step") or run.get("current_step") or "")
+
+
 def _from(run: dict[str, Any]) -> dict[str, Any]:
-    return {"scope": run["scope"], "version": int(run["version"]), "step": run["current_step"]}
+    return {"scope": run["scope"], "version": int(run["version"]), "step": parked_at(run)}
 
 
 # -- name: leave_for_target
@@ -204,7 +211,7 @@ def _move(drive: Drive, cmd: dict[str, Any], target: dict[str, Any], target_scop
     assert source_plan is not None
     if target_plan.contract.name != source_plan.contract.name:
         raise _Rejected("the target revision implements another contract")
-    step = str(target.get("step") or run["current_step"] or "")
+    step = str(target.get("step") or parked_at(run) or "")
     if step not in target_plan.steps:
         raise _Rejected("the target revision has no such node")
     new_state = _mapped_state(run, target_plan, target_version)
@@ -344,7 +351,7 @@ def _cancel(drive: Drive, cmd: dict[str, Any], target: dict[str, Any]) -> None:
     waits.close_park(wait.get("park"), "cancelled", by=actor_label(drive.actor), migration_id=target.get("migration"))
     drive.history.add(
         "WORKFLOW_MIGRATED",
-        step=run["current_step"] or "",
+        step=parked_at(run),
         command_id=cmd["id"],
         actor=drive.actor,
         payload={"action": "cancel", "from": _from(run), "to": None, "migration": target.get("migration")},
@@ -378,7 +385,7 @@ def _cancel(drive: Drive, cmd: dict[str, Any], target: dict[str, Any]) -> None:
 def _end(drive: Drive, cmd: dict[str, Any], target: dict[str, Any]) -> None:
     run = drive.run
     wait = run["wait"] or {}
-    step = run["current_step"] or ""
+    step = parked_at(run)
     waits.close_park(wait.get("park"), "ended", by=actor_label(drive.actor), migration_id=target.get("migration"))
     drive.history.add(
         "WORKFLOW_MIGRATED",
@@ -753,7 +760,7 @@ def apply_batch(*, record_id: int, actor: Actor, confirm: int | None = None, lim
 # busy (a segment, an approver's completion, a cancel) is skipped and stays for the next Apply,
 # so this never waits for one run's lock while holding others.
 LOCK_BATCH = (
-    "SELECT id, scope, version, status, current_step, next_seq FROM workflow_runs WHERE id = ANY(%s::uuid[]) "
+    "SELECT id, scope, version, status, current_step, wait, next_seq FROM workflow_runs WHERE id = ANY(%s::uuid[]) "
     "ORDER BY id FOR NO KEY UPDATE SKIP LOCKED"
 )
 
@@ -802,7 +809,7 @@ def _record_batch(
             outcomes.append((item["id"], "REJECTED", "INSTANCE_FAILED", None))
         elif (
             run["status"] != "WAITING"
-            or run["current_step"] != item["source_node"]
+            or parked_at(run) != item["source_node"]
             or int(run["version"]) != int(rec["source_version"])
             or run["scope"] != rec["scope"]
         ):

@@ -287,7 +287,10 @@ def command_test(args: argparse.Namespace, pytest_args: list[str]) -> int:
     env = os.environ.copy()
     # Tests get their own embedded server and broker folder, so a `dev.py run` in another
     # terminal never consumes the suite's Celery messages.
-    env.setdefault("SWITCHYARD_DATA_DIR", str(ROOT / ".data" / "test"))
+    if "SWITCHYARD_DATA_DIR" not in env:
+        env["SWITCHYARD_DATA_DIR"] = str(ROOT / ".data" / "test")
+        # That data is disposable: the embedded server may skip fsync (about 2x faster).
+        env.setdefault("SWITCHYARD_EMBEDDED_DURABLE", "0")
     if args.coverage:
         argv = [sys.executable, "-m", "coverage", "run", "-m", "pytest", *pytest_args]
     else:

@@ -112,6 +112,8 @@ def start(
             "business key must be at most 255 characters",
             violations=[Violation(pointer="/business_key", type="size", message="at most 255 characters")],
         )
+    # the bounds walk iteratively before anything encodes the payload (the fingerprint recurses)
+    bounds.check_payload(payload)
     fp = commands.fingerprint({"definition_id": definition_id, "payload": payload, "business_key": business_key})
     dedup_scope = f"{start_scope}\x1f{definition_id}"
     if idempotency_key:
@@ -215,6 +217,7 @@ def signal(
             "signal name must be 1 to 255 characters",
             violations=[Violation(pointer="/name", type="size", message="1 to 255 characters")],
         )
+    bounds.check_payload(payload, what=f"payload of signal {named(name)} for run {run_id}")  # before any encoding
     fp = commands.fingerprint({"name": name, "payload": payload})
     dedup_scope = f"{run_id}\x1f{branch or ''}"
     if idempotency_key:
@@ -307,6 +310,7 @@ def complete_task(
     actor: Actor = NONE,
 ) -> Recorded:
     _check_key(idempotency_key, "idempotency key")
+    bounds.check_payload(payload if payload is not None else {})  # before any encoding
     fp = commands.fingerprint({"decision": decision, "payload": payload, "subject_version": subject_version})
     if idempotency_key:
         found = _dedup_find("COMPLETION", str(task_id), idempotency_key)

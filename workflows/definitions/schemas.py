@@ -144,11 +144,100 @@ def check_schema(schema: Any, *, at: str = "") -> list[Violation]:
                 stack.append((value, child))
         elif isinstance(node, list):
             stack.extend((value, f"{here}/{index}") for index, value in enumerate(node))
+    found.extend(Violation(at + here, "$ref", "a reference cycles back without descending into the value")
+                 for here in _ref_cycles(schema))  # fmt: skip
     try:
         _compiled(schema)
     except Unresolvable:
         found.append(Violation(at, "$ref", "a local reference does not resolve"))
     return sorted(found, key=lambda v: v.pointer)
+
+
+# Keywords that apply a subschema to the very same value: a cycle through them alone (and
+# ``$ref``) never reaches the end of the value, so validation would recurse without end.
+IN_PLACE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
+
+
+def _resolve_local(root: Any, ref: str) -> str | None:
+    """The pointer a local ``#/...`` reference names, when it names a subschema."""
+    if ref != "#" and not ref.startswith("#/"):
+        return None  # an anchor or another document: not followed here
+    target = ref[1:]
+    node = root
+    for token in filter(None, target.split("/")):
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return None
+    return target.rstrip("/")
+
+
+def _node(root: Any, at: str) -> Any:
+    node = root
+    for token in filter(None, at.split("/")):
+        token = token.replace("~1", "/").replace("~0", "~")
+        node = node[int(token)] if isinstance(node, list) else node[token]
+    return node
+
+
+def _ref_cycles(root: Any) -> list[str]:
+    """Pointers of subschemas from which ``$ref`` and in-place keywords lead back to themselves
+    (iterative depth-first search; at most one pointer per cycle)."""
+    if not isinstance(root, Mapping):
+        return []
+
+    def edges(at: str) -> list[str]:
+        node = _node(root, at)
+        if not isinstance(node, Mapping):
+            return []
+        out = []
+        for key in REF_KEYWORDS:
+            if isinstance(node.get(key), str):
+                target = _resolve_local(root, node[key])
+                if target is not None:
+                    out.append(target)
+        for key in IN_PLACE:
+            value = node.get(key)
+            if isinstance(value, list):
+                out.extend(f"{at}/{key}/{i}" for i in range(len(value)))
+            elif isinstance(value, Mapping) and key == "dependentSchemas":
+                out.extend(f"{at}/{key}/{escape(str(name))}" for name in value)
+            elif isinstance(value, Mapping | bool) and key != "dependentSchemas":
+                out.append(f"{at}/{key}")
+        return out
+
+    starts: list[str] = []
+    stack_nodes: list[tuple[Any, str]] = [(root, "")]
+    while stack_nodes:  # every subschema position is a possible entry into a cycle
+        node, at = stack_nodes.pop()
+        if isinstance(node, Mapping):
+            starts.append(at)
+            for key, value in node.items():
+                stack_nodes.append((value, f"{at}/{escape(str(key))}"))
+        elif isinstance(node, list):
+            stack_nodes.extend((value, f"{at}/{i}") for i, value in enumerate(node))
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[str] = []
+    for start in starts:
+        if start in state:
+            continue
+        path: list[tuple[str, Iterator[str]]] = [(start, iter(edges(start)))]
+        state[start] = 1
+        while path:
+            at, following = path[-1]
+            nxt = next(following, None)
+            if nxt is None:
+                state[at] = 2
+                path.pop()
+            elif state.get(nxt) == 1:
+                cycles.append(nxt)
+            elif nxt not in state:
+                state[nxt] = 1
+                path.append((nxt, iter(edges(nxt))))
+    return sorted(set(cycles))
 
 
 def _check_pattern(pattern: str, at: str) -> list[Violation]:
@@ -218,6 +307,8 @@ def validate(schema: Any, instance: Any) -> list[Violation]:
         errors = list(compiled.iter_errors(instance))
     except Unresolvable:
         return [Violation("", "$ref", "a local reference in the schema does not resolve")]
+    except RecursionError:  # a schema stored before cycles were refused: bounded, never a crash
+        return [Violation("", "$ref", "the schema recurses without descending into the value")]
     for error in errors:
         keyword = str(error.validator)
         at = pointer(error.absolute_path)

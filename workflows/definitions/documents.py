@@ -101,20 +101,48 @@ class _AliasRefused(Exception):
         self.line = line
 
 
+class _TooDeep(Exception):
+    pass
+
+
+# Far below the interpreter's recursion limit: a document nested deeper is refused at once,
+# instead of after the composer recursed a thousand levels (which took a second).
+MAX_YAML_DEPTH = 128
+
+
 class _StrictComposer(Composer):
-    """Refuses aliases (and with them alias bombs) instead of resolving them."""
+    """Refuses aliases (and with them alias bombs) instead of resolving them, and documents
+    nested deeper than ``MAX_YAML_DEPTH``."""
+
+    _depth = 0
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         parser: Any = self  # the Parser mixin of the loader provides the event methods
         if parser.check_event(AliasEvent):
             raise _AliasRefused(parser.peek_event().start_mark.line + 1)
-        return super().compose_node(parent, index)
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise _TooDeep()
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
-class _StrictLoader(Reader, Scanner, Parser, _StrictComposer, BaseConstructor, _CoreResolver):
+class _BoundedScanner(Scanner):
+    """Refuses flow collections (``[`` ``{``) nested deeper than ``MAX_YAML_DEPTH`` as it meets
+    them: PyYAML's scanner slows down quadratically with flow depth, before any node exists."""
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+        if self.flow_level >= MAX_YAML_DEPTH:
+            raise _TooDeep()
+        super().fetch_flow_collection_start(TokenClass)  # type: ignore[misc]
+
+
+class _StrictLoader(Reader, _BoundedScanner, Parser, _StrictComposer, BaseConstructor, _CoreResolver):
     def __init__(self, stream: str) -> None:
         Reader.__init__(self, stream)
-        Scanner.__init__(self)
+        _BoundedScanner.__init__(self)
         Parser.__init__(self)
         _StrictComposer.__init__(self)
         BaseConstructor.__init__(self)
@@ -318,6 +346,8 @@ def parse(source: str | bytes, format: str = "yaml", *, max_bytes: int | None = 
             node = _compose_yaml(text)
         except _AliasRefused as refused:
             raise _fail([Violation("", "alias", "YAML aliases are not allowed", refused.line)]) from None
+        except _TooDeep:
+            raise _fail([Violation("", "depth", "the document is nested too deeply")]) from None
         except yaml.MarkedYAMLError as error:
             mark = error.problem_mark or error.context_mark
             raise _fail([Violation("", "syntax", "not valid YAML", mark.line + 1 if mark else None)]) from None

@@ -90,7 +90,8 @@ def broker_settings() -> dict[str, Any]:
     root = DATA_DIR / "broker"
     queue = root / "queue"
     processed = root / "processed"
-    for folder in (queue, processed):
+    control = root / "control"  # broadcast/pidbox exchanges (else kombu writes ./control)
+    for folder in (queue, processed, control):
         folder.mkdir(parents=True, exist_ok=True)
     return {
         "broker_url": "filesystem://",
@@ -99,5 +100,6 @@ def broker_settings() -> dict[str, Any]:
             "data_folder_out": str(queue),
             "processed_folder": str(processed),
             "store_processed": False,
+            "control_folder": str(control),
         },
     }

@@ -65,6 +65,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "config.middleware.FrameGuardMiddleware",  # CSP frame-ancestors 'none' on every response
     "django_htmx.middleware.HtmxMiddleware",
     "capture.middleware.CaptureActorMiddleware",
 ]

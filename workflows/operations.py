@@ -56,8 +56,18 @@ def start(
     (retired), INVALID_PAYLOAD (bounds, start schema, key lengths), IDEMPOTENCY_CONFLICT.
     A replay with the same key and payload answers the first recording.
     """
-    return _tx("start", recording.start, definition_id=definition_id, payload=payload, version=version, scope=scope,
-               business_key=business_key, idempotency_key=idempotency_key, actor=actors.coerce(actor), context=context)
+    return _tx(
+        "start",
+        recording.start,
+        definition_id=definition_id,
+        payload=payload,
+        version=version,
+        scope=scope,
+        business_key=business_key,
+        idempotency_key=idempotency_key,
+        actor=actors.coerce(actor),
+        context=context,
+    )
 
 
 def signal(
@@ -75,8 +85,17 @@ def signal(
     Refuses: INSTANCE_NOT_FOUND, SIGNAL_REJECTED (ended run, undeclared name),
     INVALID_PAYLOAD (bounds), SIGNAL_LIMIT, IDEMPOTENCY_CONFLICT, LOCK_TIMEOUT (retryable).
     """
-    return _tx("signal", recording.signal, run_id=run_id, name=name, payload=payload, branch=branch,
-               idempotency_key=idempotency_key, actor=actors.coerce(actor), context=context)
+    return _tx(
+        "signal",
+        recording.signal,
+        run_id=run_id,
+        name=name,
+        payload=payload,
+        branch=branch,
+        idempotency_key=idempotency_key,
+        actor=actors.coerce(actor),
+        context=context,
+    )
 
 
 def complete_task(
@@ -95,9 +114,17 @@ def complete_task(
     decision), TASK_NOT_WAITING (not OPEN, reassigned, stale subject version),
     IDEMPOTENCY_CONFLICT, LOCK_TIMEOUT.
     """
-    return _tx("complete_task", recording.complete_task, task_id=task_id, decision=decision, payload=payload,
-               expected_assignment=expected_assignment, subject_version=subject_version,
-               idempotency_key=idempotency_key, actor=actors.coerce(actor))
+    return _tx(
+        "complete_task",
+        recording.complete_task,
+        task_id=task_id,
+        decision=decision,
+        payload=payload,
+        expected_assignment=expected_assignment,
+        subject_version=subject_version,
+        idempotency_key=idempotency_key,
+        actor=actors.coerce(actor),
+    )
 
 
 def reassign_task(*, task_id: Any, mode: str, value: str, actor: Any = None) -> None:
@@ -105,8 +132,9 @@ def reassign_task(*, task_id: Any, mode: str, value: str, actor: Any = None) -> 
 
     Refuses: TASK_NOT_FOUND, TASK_NOT_WAITING, INVALID_PAYLOAD, LOCK_TIMEOUT.
     """
-    return _tx("reassign_task", recording.reassign_task, task_id=task_id, mode=mode, value=value,
-               actor=actors.coerce(actor))
+    return _tx(
+        "reassign_task", recording.reassign_task, task_id=task_id, mode=mode, value=value, actor=actors.coerce(actor)
+    )
 
 
 def cancel(*, run_id: Any, reason: str = "", actor: Any = None) -> None:
@@ -130,8 +158,15 @@ def cancel_confirmed(
     """
     from workflows.engine import reconcile
 
-    return _tx("cancel", reconcile.cancel_confirmed, run_id=run_id, seen_state_version=int(seen_state_version),
-               seen_history_seq=int(seen_history_seq), reason=reason, actor=actors.coerce(actor))
+    return _tx(
+        "cancel",
+        reconcile.cancel_confirmed,
+        run_id=run_id,
+        seen_state_version=int(seen_state_version),
+        seen_history_seq=int(seen_history_seq),
+        reason=reason,
+        actor=actors.coerce(actor),
+    )
 
 
 def reconcile_command(*, command_id: Any, action: str, reason: str, actor: Any) -> Recorded:
@@ -154,8 +189,14 @@ def reconcile_command(*, command_id: Any, action: str, reason: str, actor: Any) 
         and (getattr(actor, "is_superuser", False) or actor.has_perm("workflows.change_command"))
     ):
         raise NotPermitted("reconciling a command is for administrators")
-    return _tx("reconcile_command", reconcile.reconcile_command, command_id=command_id, action=action, reason=reason,
-               actor=actors.coerce(actor))
+    return _tx(
+        "reconcile_command",
+        reconcile.reconcile_command,
+        command_id=command_id,
+        action=action,
+        reason=reason,
+        actor=actors.coerce(actor),
+    )
 
 
 def retry(*, run_id: Any, actor: Any = None) -> Recorded:
@@ -180,8 +221,16 @@ def migrate(
     Refuses: INSTANCE_NOT_FOUND, MIGRATION_ILLEGAL_STATE (ended, scope not admitted, another
     migration pending), INVALID_PAYLOAD.
     """
-    return _tx("migrate", recording.migrate, run_id=run_id, target_version=target_version,
-               target_scope=target_scope, target_step=target_step, action=action, actor=actors.coerce(actor))
+    return _tx(
+        "migrate",
+        recording.migrate,
+        run_id=run_id,
+        target_version=target_version,
+        target_scope=target_scope,
+        target_step=target_step,
+        action=action,
+        actor=actors.coerce(actor),
+    )
 
 
 def await_idle(timeout: float = 30.0, run_id: Any = None) -> IdleReport:
@@ -221,9 +270,17 @@ def migration_preview(
     from workflows.engine import migration
 
     requests = [r if isinstance(r, migration.RowRequest) else migration.RowRequest(**r) for r in rows]
-    return _tx("migration_preview", migration.freeze, scope=scope, definition_id=definition_id,
-               source_version=int(source_version), target_version=int(target_version), rows=requests,
-               actor=actors.coerce(actor), reason=reason)
+    return _tx(
+        "migration_preview",
+        migration.freeze,
+        scope=scope,
+        definition_id=definition_id,
+        source_version=int(source_version),
+        target_version=int(target_version),
+        rows=requests,
+        actor=actors.coerce(actor),
+        reason=reason,
+    )
 
 
 def migration_apply(*, record_id: int, actor: Any = None, confirm: int | None = None) -> Any:
@@ -236,8 +293,9 @@ def migration_apply(*, record_id: int, actor: Any = None, confirm: int | None = 
     """
     from workflows.engine import migration
 
-    return _tx("migration_apply", migration.apply_batch, record_id=int(record_id), actor=actors.coerce(actor),
-               confirm=confirm)
+    return _tx(
+        "migration_apply", migration.apply_batch, record_id=int(record_id), actor=actors.coerce(actor), confirm=confirm
+    )
 
 
 def migration_progress(*, record_id: int) -> Any:

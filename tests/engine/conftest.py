@@ -16,7 +16,7 @@ from workflows.engine import executor
 # lease, so crash-recovery tests wait seconds, not the production 30 s.
 os.environ.setdefault("SWITCHYARD_CALLBACK_MODULES", "tests.support.engine_callbacks")
 os.environ.setdefault("WORKFLOWS_EXECUTOR_LEASE_SECONDS", "6")
-import tests.support.engine_callbacks  # noqa: E402,F401  (same registrations in this process)
+import tests.support.engine_callbacks  # noqa: F401  (same registrations in this process)
 
 
 @pytest.fixture

@@ -48,8 +48,15 @@ def test_due_date_meeting_a_completing_task_is_requeued(deploy: Any, drain: Any)
     task = Task.objects.get(run_id=run_id)
     # recorded while the due date is claimed
     operations.complete_task(task_id=task.id, decision="approve", payload={"n": 3})
-    settle = segment.run(command_id=head.id, run_id=run_id, token=token, plan=executor._plan_for(head),
-                         executor_id="test", deadline=time.monotonic() + 20, max_steps=100)
+    settle = segment.run(
+        command_id=head.id,
+        run_id=run_id,
+        token=token,
+        plan=executor._plan_for(head),
+        executor_id="test",
+        deadline=time.monotonic() + 20,
+        max_steps=100,
+    )
     assert settle.status == "REQUEUE"
     due = Command.objects.get(pk=head.id)
     assert due.status == "PENDING" and due.attempts == 0

@@ -40,15 +40,23 @@ steps:
 def test_start_service_wait_signal_complete_through_the_worker(celery_worker_process: Any, deploy: Any) -> None:
     deploy(documents.ORDER_SIGNAL.replace("test.reserve", "test.noop"))
     recorded = operations.start(definition_id="order-signal", payload={"order": "E-1"})
-    eventually(lambda: Run.objects.get(pk=recorded.run_id).status == "WAITING", timeout=30,
-               what="the run to wait for payment", details=celery_worker_process.logs)
+    eventually(
+        lambda: Run.objects.get(pk=recorded.run_id).status == "WAITING",
+        timeout=30,
+        what="the run to wait for payment",
+        details=celery_worker_process.logs,
+    )
     operations.signal(run_id=recorded.run_id, name="paid", payload={"amount": 9})
     report = operations.await_idle(30, run_id=recorded.run_id)
     assert report.idle
     run = Run.objects.get(pk=recorded.run_id)
     assert run.status == "COMPLETED" and run.state["paid"] == 9
-    eventually(lambda: not run.intents.exclude(status="DELIVERED").exists(), timeout=30,
-               what="the service intent to be delivered", details=celery_worker_process.logs)
+    eventually(
+        lambda: not run.intents.exclude(status="DELIVERED").exists(),
+        timeout=30,
+        what="the service intent to be delivered",
+        details=celery_worker_process.logs,
+    )
 
 
 def test_worker_killed_mid_segment_another_finishes_without_duplicates(
@@ -58,13 +66,21 @@ def test_worker_killed_mid_segment_another_finishes_without_duplicates(
     gate = tmp_path / "gate"
     gate.touch()
     recorded = operations.start(definition_id="gated", payload={"gate": str(gate)})
-    eventually(lambda: gate.with_suffix(".entered").exists(), timeout=30, what="the segment to start",
-               details=celery_worker_process.logs)
+    eventually(
+        lambda: gate.with_suffix(".entered").exists(),
+        timeout=30,
+        what="the segment to start",
+        details=celery_worker_process.logs,
+    )
     crash_celery_worker()  # SIGKILL mid-segment; a new worker starts
     gate.unlink()
     # the lease lapses, the sweep returns the command, the new worker runs it
-    eventually(lambda: Run.objects.get(pk=recorded.run_id).status == "WAITING", timeout=60,
-               what="another worker to finish the start", details=celery_worker_process.logs)
+    eventually(
+        lambda: Run.objects.get(pk=recorded.run_id).status == "WAITING",
+        timeout=60,
+        what="another worker to finish the start",
+        details=celery_worker_process.logs,
+    )
     start = Command.objects.get(run_id=recorded.run_id, kind="START")
     assert start.status == "COMPLETE" and start.attempts == 2
     types = list(HistoryEntry.objects.filter(run_id=recorded.run_id).order_by("seq").values_list("type", flat=True))

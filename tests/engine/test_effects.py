@@ -71,9 +71,14 @@ def test_effect_that_fails_after_its_marker_is_outcome_unknown_and_never_replaye
     deploy: Any, drain: Any, charge: Any
 ) -> None:
     charge["fail"] = True
-    deploy(SCRIPTED.replace("type: email", "type: script\n    script: test.charge").replace(
-        '    to: "state.email"\n    subject: "Order {{ state.order }} received"\n    body: "We got order {{ state.order }}."\n',
-        ""))
+    deploy(
+        SCRIPTED.replace("type: email", "type: script\n    script: test.charge").replace(
+            '    to: "state.email"\n'
+            '    subject: "Order {{ state.order }} received"\n'
+            '    body: "We got order {{ state.order }}."\n',
+            "",
+        )
+    )
     run_id = operations.start(definition_id="scripted", payload={"order": "O-2"}).run_id
     drain()
     start = Command.objects.get(run_id=run_id, kind="START")

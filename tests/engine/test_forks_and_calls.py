@@ -75,7 +75,10 @@ class TestForkJoin:
         run = Run.objects.get(pk=run_id)
         assert run.status == "WAITING"
         assert set(Branch.objects.filter(run_id=run_id).values_list("branch_id", "status")) == {
-            ("finance", "WAITING"), ("security", "WAITING"), ("legal", "WAITING")}
+            ("finance", "WAITING"),
+            ("security", "WAITING"),
+            ("legal", "WAITING"),
+        }
         operations.complete_task(task_id=open_task(run_id, "finance").id, decision="approve")
         operations.signal(run_id=run_id, name="legal-ok", branch="legal")
         drain()
@@ -90,7 +93,9 @@ class TestForkJoin:
         entries = list(HistoryEntry.objects.filter(run_id=run_id).order_by("seq").values())
         assert history_log.replay(entries) == run.state
         assert [e["outcome"] for e in entries if e["type"] == "DECISION" and e["step"] == "gather"] == [
-            "wait-join", "joined"]
+            "wait-join",
+            "joined",
+        ]
 
     def test_any_policy_supersedes_the_other_branches(self, deploy: Any, drain: Any) -> None:
         deploy(fork_doc("any"))
@@ -101,8 +106,9 @@ class TestForkJoin:
         run = Run.objects.get(pk=run_id)
         assert run.status == "COMPLETED" and run.state == {"legal": "ok"}
         assert set(Task.objects.filter(run_id=run_id).values_list("status", flat=True)) == {"WITHDRAWN"}
-        assert set(Branch.objects.filter(run_id=run_id).exclude(branch_id="legal").values_list("status", flat=True)) == {
-            "SUPERSEDED"}
+        assert set(
+            Branch.objects.filter(run_id=run_id).exclude(branch_id="legal").values_list("status", flat=True)
+        ) == {"SUPERSEDED"}
 
     def test_n_of_m_policy(self, deploy: Any, drain: Any) -> None:
         deploy(fork_doc("n-of-m", 2))
@@ -135,7 +141,9 @@ class TestForkJoin:
         operations.signal(run_id=run_id, name="legal-ok", branch="legal")
         drain()
         assert [c.status for c in Command.objects.filter(run_id=run_id, kind="SIGNAL").order_by("seq")] == [
-            "COMPLETE", "STALE"]
+            "COMPLETE",
+            "STALE",
+        ]
 
 
 CHILD = """
@@ -186,8 +194,11 @@ steps:
     type: complete
 """
 
-PARENT = MIDDLE.replace("definitionId: middle", "definitionId: parent").replace(
-    "child-review", "middle").replace("middle.v1", "parent.v1")
+PARENT = (
+    MIDDLE.replace("definitionId: middle", "definitionId: parent")
+    .replace("child-review", "middle")
+    .replace("middle.v1", "parent.v1")
+)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -231,8 +242,11 @@ class TestCalls:
         assert {r.status for r in Run.objects.filter(pk__in=[top, middle.id, child.id])} == {"CANCELLED"}
 
     def test_call_depth_is_bounded(self, deploy: Any, drain: Any, settings: Any) -> None:
-        loop = MIDDLE.replace("definitionId: middle", "definitionId: loop").replace(
-            "definitionId: child-review", "definitionId: loop").replace("middle.v1", "loop.v1")
+        loop = (
+            MIDDLE.replace("definitionId: middle", "definitionId: loop")
+            .replace("definitionId: child-review", "definitionId: loop")
+            .replace("middle.v1", "loop.v1")
+        )
         deploy(loop)
         run_id = operations.start(definition_id="loop", payload={}).run_id
         for _ in range(40):

@@ -231,8 +231,9 @@ class TestRecovery:
         for _ in range(conf.get().EXECUTOR.MAX_ATTEMPTS):
             head = executor.peek(10, recorded.run_id)[0]
             assert executor.claim(head, lease_seconds=30, max_attempts=conf.get().EXECUTOR.MAX_ATTEMPTS)
-            db.execute("UPDATE workflow_commands SET lease_until = now() - interval '1 second' WHERE id = %s",
-                       [head.id])
+            db.execute(
+                "UPDATE workflow_commands SET lease_until = now() - interval '1 second' WHERE id = %s", [head.id]
+            )
             assert executor.recover_expired_leases() == 1
         drain()
         run = Run.objects.get(pk=recorded.run_id)
@@ -246,8 +247,7 @@ class TestRecovery:
     def test_node_without_the_plan_defers_without_spending_attempts(self, deploy: Any, drain: Any) -> None:
         deploy(documents.ORDER_SIGNAL)
         recorded = operations.start(definition_id="order-signal", payload={"order": "B-2"})
-        db.execute("UPDATE workflow_runs SET plan_hash = 'f' || substr(plan_hash, 2) WHERE id = %s",
-                   [recorded.run_id])
+        db.execute("UPDATE workflow_runs SET plan_hash = 'f' || substr(plan_hash, 2) WHERE id = %s", [recorded.run_id])
         drain()
         start = Command.objects.get(run_id=recorded.run_id, kind="START")
         assert start.status == "DEFERRED" and start.attempts == 0 and start.deferral_count == 1

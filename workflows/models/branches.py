@@ -35,6 +35,9 @@ class Branch(models.Model):
             models.UniqueConstraint(fields=["run", "fork_step", "branch_id"], name="workflow_branch_key"),
         ]
 
+    def __str__(self) -> str:
+        return f"branch {self.branch_id} of {self.fork_step}"
+
 
 class Join(models.Model):
     """A fork's join row, decided once (compare-and-set on ``decided``)."""
@@ -53,3 +56,6 @@ class Join(models.Model):
     class Meta:
         db_table = "workflow_joins"
         constraints = [models.UniqueConstraint(fields=["run", "fork_step"], name="workflow_join_key")]
+
+    def __str__(self) -> str:
+        return f"join {self.join_step} of {self.fork_step}"

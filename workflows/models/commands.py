@@ -129,6 +129,9 @@ class EffectMarker(models.Model):
         db_table = "workflow_effect_markers"
         indexes = [models.Index(fields=["command", "token"], name="workflow_marker_claim")]
 
+    def __str__(self) -> str:
+        return f"effect at {self.step} of command {self.command_id}"
+
 
 class Dedup(models.Model):
     """Idempotency claims: (kind, scope, key) -> fingerprint and the recorded result."""
@@ -145,6 +148,9 @@ class Dedup(models.Model):
     class Meta:
         db_table = "workflow_dedup"
         constraints = [models.UniqueConstraint(fields=["kind", "scope", "key"], name="workflow_dedup_key")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} key of {self.scope}"
 
 
 class Timer(models.Model):
@@ -173,6 +179,9 @@ class Timer(models.Model):
         indexes = [
             models.Index(fields=["run", "status"], name="workflow_timer_by_run"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} timer at {self.step}"
 
 
 class OutboxIntent(models.Model):
@@ -213,3 +222,6 @@ class OutboxIntent(models.Model):
                 condition=models.Q(status__in=["PENDING", "DELIVERING"]),
             )
         ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} intent {self.id}"

@@ -49,3 +49,6 @@ class Park(models.Model):
             ),
             models.Index(fields=["run", "left_at"], name="workflow_park_by_run"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} park at {self.node}"

@@ -39,7 +39,8 @@ class Run(ActorColumns):
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
     state = models.JSONField(null=True, blank=True)
     state_version = models.PositiveIntegerField(default=0)
-    current_step = models.CharField(max_length=255, null=True, blank=True)
+    # null until the first segment runs: a PENDING run has no step yet (queries show null)
+    current_step = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     wait = models.JSONField(null=True, blank=True)  # {"kind": "signal"|"timer"|"task"|"call"|"join", ...}
     subject_type = models.CharField(max_length=64, blank=True, default="")
     subject_id = models.CharField(max_length=255, blank=True, default="")

@@ -28,3 +28,24 @@ def block_while_gate(state: Any) -> bool:
 @catalogs.callbacks.register("test.noop", category="service")
 def noop(payload: Any) -> None:
     return None
+
+
+@catalogs.callbacks.register("test.saga_do", category="service")
+def saga_do(payload: Any) -> None:
+    return None
+
+
+@catalogs.callbacks.register("test.saga_undo", category="service")
+def saga_undo(payload: Any, headers: dict[str, str]) -> None:
+    """Appends (idempotency key, step) to the run's log; blocks at its first call while the
+    gate file exists (the test kills the worker there)."""
+    import json
+
+    state_gate = Path(payload.get("gate", "")) if payload.get("gate") else None
+    if state_gate is not None and state_gate.exists():
+        state_gate.with_suffix(".entered").touch()
+        deadline = time.monotonic() + 60
+        while state_gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    with open(payload["undo_log"], "a") as log:
+        log.write(json.dumps({"key": headers.get("idempotency-key", ""), "step": payload["step"]}) + "\n")

@@ -25,7 +25,13 @@ from workflows.engine.drive import Drive
 
 log = logging.getLogger("workflows.engine")
 MAX_DELIVERY_ATTEMPTS = 10
-LEASE_SECONDS = 60
+
+
+def lease_seconds() -> int:
+    """A delivery's claim lasts as long as an executor lease (WORKFLOWS EXECUTOR.LEASE_SECONDS)."""
+    from workflows import conf
+
+    return int(conf.get().EXECUTOR.LEASE_SECONDS)
 
 
 def attribution_headers(actor: Actor, *, full: bool) -> dict[str, str]:
@@ -145,7 +151,7 @@ def _claim(intent_id: int) -> dict[str, Any] | None:
         "AND e.kind = 'COMPENSATION' AND e.id < o.id AND e.status IN ('PENDING','DELIVERING'))) "
         "RETURNING o.id, o.run_id, o.command_id, o.step, o.kind, o.target, o.payload, o.headers, "
         "o.idempotency_key, o.attempts, o.token",
-        [LEASE_SECONDS, intent_id],
+        [lease_seconds(), intent_id],
     )
 
 

@@ -168,6 +168,9 @@ else:
     CELERY_BROKER_URL = str(_broker["broker_url"])
     CELERY_BROKER_TRANSPORT_OPTIONS = dict(_broker["broker_transport_options"])
     EMBEDDED_BROKER = True
+# Celery's Django fixup closes the database connection around every task unless this is set (a
+# new PostgreSQL backend per task); our tasks call close_old_connections() themselves.
+CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

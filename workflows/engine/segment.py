@@ -293,6 +293,13 @@ def apply_parked(drive: Drive, row: dict[str, Any]) -> bool:
     try:
         try:
             with drive.savepoint():
+                # settled first, inside the savepoint (a failure puts it back to PARKED): if
+                # applying it ends the run, the teardown must not find it PARKED and reject it
+                db.execute(
+                    "UPDATE workflow_commands SET status = 'COMPLETE', settled_at = now() "
+                    "WHERE id = %s AND status = 'PARKED'",
+                    [row["id"]],
+                )
                 drive.history.add(
                     "SIGNAL_APPLIED",
                     command_id=row["id"],
@@ -319,10 +326,6 @@ def apply_parked(drive: Drive, row: dict[str, Any]) -> bool:
             )
             drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
             return False
-        db.execute(
-            "UPDATE workflow_commands SET status = 'COMPLETE', settled_at = now() WHERE id = %s AND status = 'PARKED'",
-            [row["id"]],
-        )
         drive.history.add("COMMAND_COMPLETED", command_id=row["id"], actor=drive.actor)
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
         return True

@@ -257,12 +257,13 @@ class Harness:
             kill.setdefault("resumed_after_s", elapsed)
 
     def _compound(self, kill: dict[str, Any]) -> bool:
-        """A kill is a single crash unless the other worker was also out (frozen, killed or
-        exited by a fault) while the killed worker's claims waited: the bound is for one crash."""
-        end = kill["at"] + self.config.recovery_bound
-        others = [e for e in self.events if kill["at"] < e.at <= end and e.what in ("SIGKILL", "frozen", "restarted")]
+        """A kill is a single crash unless something else failed before its claims were taken
+        again (another kill, a freeze, a fault exit), or the other worker was frozen when it
+        happened: the bound is the promise for one crash."""
+        end = kill["at"] + (kill["resumed_after_s"] if kill["resumed_after_s"] is not None else 1e9)
+        others = [e for e in self.events if kill["at"] < e.at < end and e.what in ("SIGKILL", "frozen", "restarted")]
         overlapping = [f for f in self.freezes if f["worker"] != kill["worker"] and f.get("began", 0) < kill["at"]
-                       and f.get("began", 0) + f.get("frozen_s", 0) > kill["at"]]  # fmt: skip
+                       and f.get("began", 0) + f.get("frozen_s", 1e9) > kill["at"]]  # fmt: skip
         return bool(others or overlapping)
 
     def _terminate(self) -> None:

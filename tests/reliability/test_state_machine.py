@@ -175,8 +175,8 @@ def test_the_engine_keeps_its_invariants_in_any_order_of_operations(deploy: Any)
     run_state_machine_as_test(
         Engine,
         settings=settings(
-            max_examples=60 if FULL else 12,
-            stateful_step_count=40 if FULL else 25,
+            max_examples=200 if FULL else 12,
+            stateful_step_count=50 if FULL else 25,
             deadline=None,
             suppress_health_check=list(HealthCheck),
             database=None,

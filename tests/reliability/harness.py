@@ -289,6 +289,7 @@ class Harness:
         worker = next(w for w in self.fleet.workers if w.name == freeze["worker"])
         if worker.pid != freeze["pid"]:  # killed meanwhile: nothing to resume
             freeze["resumed"], freeze["killed_while_frozen"] = True, True
+            freeze["frozen_s"] = round(time.monotonic() - freeze["monotonic"], 2)
             return
         waited = time.monotonic() - freeze["monotonic"]
         ids = [i for i, _ in freeze["claims"]]

@@ -1,19 +1,22 @@
 """Celery tasks: transport only. Each carries ids; the engine loads, locks and re-checks.
 
-- ``workflows.run`` — a wake-up for one run (after a command was recorded): drain it, then
-  whatever else is due, within a bounded budget.
+- ``workflows.run`` — a wake-up for one run (after a command was recorded): run that run's
+  commands, and deliver the outbox intents its segments record (claimed in the segment's
+  transaction) without a message each.
 - ``workflows.sweep`` — beat backstop: expired leases, due timers, deferred commands,
-  undelivered outbox intents. Progress never depends on a message arriving.
+  undelivered outbox intents, commands whose wake-up never came. Progress never depends on a
+  message arriving.
 - ``workflows.deliver`` — deliver one outbox intent.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime
 
 from celery import shared_task
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from workflows import conf
@@ -21,14 +24,46 @@ from workflows.engine import executor, outbox, wakeups
 
 log = logging.getLogger("workflows.tasks")
 ETA_HINT_LIMIT_SECONDS = 600  # later timers are found by the sweep, not by a long-lived ETA message
+# The sweep leaves commands that became available this recently to their wake-ups (a burst
+# would otherwise be drained twice, by the messages and by the sweep); a lost wake-up waits at
+# most this much longer.
+SWEEP_GRACE_SECONDS = 2.0
+# Django's health check (CONN_HEALTH_CHECKS) pings the server before the first query after
+# close_old_connections(): once per task. A connection that served a task this recently
+# without an error is not pinged again; a broken one fails that task's first statement, is
+# marked, and is replaced by the next task (the sweep redoes what the failed task left).
+CONNECTION_CHECK_SECONDS = 1.0
+_connection_checked = 0.0
+
+
+def _connection_ready() -> None:
+    global _connection_checked
+    now = time.monotonic()
+    recent = now - _connection_checked <= CONNECTION_CHECK_SECONDS
+    if connection.connection is None or connection.errors_occurred or not recent:
+        close_old_connections()
+        _connection_checked = now
 
 
 @shared_task(name="workflows.run", ignore_result=True)
 def run_instance(run_id: str) -> int:
-    close_old_connections()
-    done = executor.drain(run_id=run_id, budget_seconds=conf.get().EXECUTOR.DRAIN_SECONDS)
-    done += executor.drain(budget_seconds=2.0)
-    return done
+    _connection_ready()
+    with wakeups.inline_delivery() as claimed:
+        try:
+            return executor.drain_run(run_id, budget_seconds=conf.get().EXECUTOR.DRAIN_SECONDS)
+        finally:
+            _deliver_claimed(claimed)
+
+
+def _deliver_claimed(claimed: list[dict]) -> None:
+    """Deliver the intents this task's segments claimed (committed); one that cannot be
+    delivered now is retried like any other (a failure) or after its lease (a crash)."""
+    while claimed:
+        intent = claimed.pop(0)
+        try:
+            outbox.deliver_claimed(intent)
+        except Exception:
+            log.warning("inline delivery of intent %s failed; the sweep will retry it", intent["id"], exc_info=True)
 
 
 @shared_task(name="workflows.sweep", ignore_result=True)
@@ -39,7 +74,7 @@ def sweep() -> int:
     executor.recover_expired_leases()
     for intent_id in outbox.due_intents():
         deliver.delay(intent_id)
-    return executor.drain(budget_seconds=conf.get().EXECUTOR.DRAIN_SECONDS)
+    return executor.drain(budget_seconds=conf.get().EXECUTOR.DRAIN_SECONDS, min_age_seconds=SWEEP_GRACE_SECONDS)
 
 
 @shared_task(name="workflows.deliver", ignore_result=True, acks_late=True)

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections, transaction
+from django.db import DatabaseError, close_old_connections, connection, transaction
 
 from workflows import conf
 from workflows.definitions.plan import Plan
@@ -80,9 +80,16 @@ def executor_id() -> str:
     return f"{NODE_ID}-{os.getpid()}"
 
 
-def peek(limit: int, run_id: Any = None) -> list[Head]:
+def peek(limit: int, run_id: Any = None, *, min_age_seconds: float = 0.0) -> list[Head]:
+    """Claimable heads (of one run, or of all). ``min_age_seconds``: only heads available at
+    least that long (the sweep leaves fresh ones to the wake-ups already on their way)."""
     if run_id is not None:
         rows = db.fetchdicts(PEEK.format(run_filter="AND c.run_id = %s"), [run_id, limit])
+    elif min_age_seconds > 0:
+        rows = db.fetchdicts(
+            PEEK.format(run_filter="AND c.available_at <= now() - make_interval(secs => %s)"),
+            [min_age_seconds, limit],
+        )
     else:
         rows = db.fetchdicts(PEEK.format(run_filter=""), [limit])
     return [Head(**r) for r in rows]
@@ -113,8 +120,8 @@ def _target_resident(head: Head) -> bool:
         cache.get_plan(
             scope=str(target.get("scope") or head.scope),
             definition_id=head.definition_id,
-            version=int(target.get("version")),
-        )  # type: ignore[arg-type]
+            version=int(target.get("version")),  # type: ignore[arg-type]
+        )
     except (VersionNotRunnable, TypeError, ValueError):
         return True
     except DefinitionError:
@@ -122,15 +129,43 @@ def _target_resident(head: Head) -> bool:
     return True
 
 
+# The claim's commit is asynchronous (``synchronous_commit`` off for that one statement): the
+# segment that follows commits synchronously and its WAL record comes after the claim's, so a
+# durable segment implies a durable claim; a claim lost in a server crash is a claim that never
+# happened (the command is still PENDING, no attempt spent). The set_config sits in the run's
+# CTE, so it applies only when the statement is its own transaction (see ``_claim_statement``).
+ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true)"
 CLAIM_FAST = (
-    "WITH r AS (SELECT id FROM workflow_runs WHERE id = %s AND status IN ('PENDING','RUNNING','WAITING',"
-    "'COMPENSATING') FOR NO KEY UPDATE NOWAIT) "
+    "WITH r AS (SELECT id, {async_commit} FROM workflow_runs WHERE id = %s AND status IN ('PENDING','RUNNING',"
+    "'WAITING','COMPENSATING') FOR NO KEY UPDATE NOWAIT) "
     "UPDATE workflow_commands c SET status = 'CLAIMED', attempts = c.attempts + 1, token = %s, claimed_by = %s, "
     "lease_until = now() + make_interval(secs => %s) FROM r WHERE c.id = %s AND c.run_id = r.id "
     "AND c.status IN ('PENDING','DEFERRED') AND c.available_at <= now() AND c.attempts < %s AND "
     + HEAD_RULE
     + " RETURNING c.id"
 )
+# A wake-up names a run: try-lock it, pick its head and claim it in one statement, which also
+# answers the run's pin (for the plan).
+CLAIM_RUN_HEAD = (
+    "WITH r AS (SELECT id, scope, definition_id, version, plan_hash, status, {async_commit} FROM workflow_runs "
+    "WHERE id = %s AND status IN ('PENDING','RUNNING','WAITING','COMPENSATING') FOR NO KEY UPDATE NOWAIT), "
+    "h AS (SELECT c.id FROM workflow_commands c JOIN r ON r.id = c.run_id WHERE c.status IN ('PENDING','DEFERRED') "
+    "AND c.available_at <= now() AND c.attempts < %s AND " + HEAD_RULE + " ORDER BY c.order_at, c.seq LIMIT 1) "
+    "UPDATE workflow_commands c SET status = 'CLAIMED', attempts = c.attempts + 1, token = %s, claimed_by = %s, "
+    "lease_until = now() + make_interval(secs => %s) FROM r, h WHERE c.id = h.id "
+    "RETURNING c.id, c.run_id, c.kind, c.target, r.scope, r.definition_id, r.version, r.plan_hash, "
+    "r.status AS run_status"
+)
+
+
+def _claim_statement(sql: str, params: list[Any]) -> dict[str, Any] | None:
+    """A one-statement claim: its own transaction when none is open (one round trip, an
+    asynchronous commit); inside a caller's transaction a savepoint keeps a busy lock from
+    aborting it. Raises ``DatabaseError`` (a busy run gives LOCK_NOT_AVAILABLE)."""
+    if connection.in_atomic_block:
+        with transaction.atomic():
+            return db.fetchdict(sql.format(async_commit="NULL"), params)
+    return db.fetchdict(sql.format(async_commit=ASYNC_COMMIT), params)
 
 
 def claim(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | None:
@@ -142,8 +177,7 @@ def claim(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | None:
     """
     token = uuid.uuid4()
     try:
-        with transaction.atomic():
-            row = db.fetchone(CLAIM_FAST, [head.run_id, token, executor_id(), lease_seconds, head.id, max_attempts])
+        row = _claim_statement(CLAIM_FAST, [head.run_id, token, executor_id(), lease_seconds, head.id, max_attempts])
     except DatabaseError as exc:
         if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
             return None
@@ -364,6 +398,14 @@ def process(head: Head) -> str:
     token = claim(head, lease_seconds=settings.LEASE_SECONDS, max_attempts=settings.MAX_ATTEMPTS)
     if token is None:
         return "SKIPPED"
+    return _execute(head, token, plan, started)[0]
+
+
+def _execute(head: Head, token: Any, plan: Plan | None, started: float) -> tuple[str, bool]:
+    """Run the segment of a claimed head (``started``: the monotonic reading before the claim
+    was sent, which the deadline is measured from) and dispose of its failure. Answers the
+    outcome and whether the segment saw other runnable commands of the run."""
+    settings = conf.get().EXECUTOR
     faults.point("after_claim")
     margin = _margin()
     deadline = started + settings.LEASE_SECONDS - margin
@@ -381,18 +423,18 @@ def process(head: Head) -> str:
         except segment.Busy:
             if time.monotonic() > deadline - margin:
                 _release(head.id, token)
-                return "RELEASED"
+                return "RELEASED", False
             time.sleep(0.05)
             continue
         except segment.Fenced:
-            return "FENCED"
+            return "FENCED", False
         except DeadlineExceeded:
             log.debug("segment of command %s passed its deadline; the lease will lapse", head.id)
-            return "DEADLINE"
+            return "DEADLINE", False
         except (DeterministicFailure, StepLimitExceeded, WorkflowError) as exc:
             if isinstance(exc, WorkflowError) and exc.retryable:
                 _retry_transient(head, token, f"TRANSIENT: {exc.code}")
-                return "TRANSIENT"
+                return "TRANSIENT", False
             reason = (
                 segment._failure_reason(exc)
                 if not isinstance(exc, WorkflowError)
@@ -405,14 +447,14 @@ def process(head: Head) -> str:
                 exc_info=log.isEnabledFor(logging.DEBUG),
             )
             _fail(head, token, reason, step_limit=isinstance(exc, StepLimitExceeded), deadline=deadline)
-            return "FAILED"
+            return "FAILED", False
         except DatabaseError as exc:
             if db.sqlstate(exc) == db.QUERY_CANCELED:
-                return "DEADLINE"
+                return "DEADLINE", False
             if db.is_transient(exc):
                 close_old_connections()
                 _retry_transient(head, token, f"TRANSIENT: database failure ({type(exc).__name__})")
-                return "TRANSIENT"
+                return "TRANSIENT", False
             # exception text can quote values: only its type above DEBUG
             log.error("command %s failed in the database (%s)", head.id, type(exc).__name__)
             log.debug("database failure of command %s", head.id, exc_info=True)
@@ -423,7 +465,7 @@ def process(head: Head) -> str:
                 step_limit=False,
                 deadline=deadline,
             )
-            return "FAILED"
+            return "FAILED", False
         except Exception as exc:
             log.error("command %s failed (%s)", head.id, type(exc).__name__)
             log.debug("failure of command %s", head.id, exc_info=True)
@@ -434,10 +476,10 @@ def process(head: Head) -> str:
                 step_limit=False,
                 deadline=deadline,
             )
-            return "FAILED"
+            return "FAILED", False
         faults.point("after_segment_commit")
         settled(head.run_id, head.id, head.kind, settle.status, (time.monotonic() - started) * 1000)
-        return settle.status
+        return settle.status, settle.more
 
 
 _last_snapshot = 0.0
@@ -456,8 +498,10 @@ RECOVER_EVERY_SECONDS = 2.0
 _last_recovery = 0.0
 
 
-def _recover_due() -> None:
-    """Take expired claims back at most every 2 s per process, from whichever worker drains.
+def _recover_due() -> list[Any]:
+    """Take expired claims back at most every 2 s per process, from whichever worker drains;
+    answers the runs whose commands went back to PENDING (the caller runs them: no wake-up
+    names them).
 
     The sweep does it too, but its message queues behind the wake-ups: under a backlog a
     dead executor's command would wait for the whole backlog, not for its lease."""
@@ -465,10 +509,13 @@ def _recover_due() -> None:
     now = time.monotonic()
     if now - _last_recovery >= RECOVER_EVERY_SECONDS:
         _last_recovery = now
-        recover_expired_leases()
+        return [r["run_id"] for r in _recover_expired() if r["status"] == "PENDING"]
+    return []
 
 
-def drain(*, run_id: Any = None, budget_seconds: float = 20.0, batch: int | None = None) -> int:
+def drain(
+    *, run_id: Any = None, budget_seconds: float = 20.0, batch: int | None = None, min_age_seconds: float = 0.0
+) -> int:
     """Run claimable commands until none is left or the budget is spent. Answers the count."""
     if not conf.get().EXECUTOR.ENABLED:
         return 0
@@ -478,7 +525,7 @@ def drain(*, run_id: Any = None, budget_seconds: float = 20.0, batch: int | None
     done = 0
     while time.monotonic() < stop:
         _recover_due()
-        heads = peek(limit, run_id)
+        heads = peek(limit, run_id, min_age_seconds=min_age_seconds)
         if not heads:
             break
         progressed = False
@@ -494,8 +541,69 @@ def drain(*, run_id: Any = None, budget_seconds: float = 20.0, batch: int | None
     return done
 
 
+def claim_run_head(run_id: Any) -> tuple[Head, Any] | None:
+    """Claim the head of one run in one statement: (head, token), or None when this statement
+    claims nothing (a busy run, nothing runnable, or a case for the full path)."""
+    settings = conf.get().EXECUTOR
+    token = uuid.uuid4()
+    try:
+        row = _claim_statement(
+            CLAIM_RUN_HEAD, [run_id, settings.MAX_ATTEMPTS, token, executor_id(), settings.LEASE_SECONDS]
+        )
+    except DatabaseError as exc:
+        if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
+            return None
+        raise
+    if row is None:
+        return None
+    return Head(**row), token
+
+
+def drain_run(run_id: Any, *, budget_seconds: float = 20.0) -> int:
+    """Run one run's commands (the work of a wake-up that names the run). The common case
+    costs one claim statement and the segment per command, and no further look-up when the
+    segment found nothing else queued under its lock (a command recorded after that sends its
+    own wake-up); a run the one-statement claim cannot serve (ended or failed with commands
+    left, spent attempts) takes the full path."""
+    if not conf.get().EXECUTOR.ENABLED:
+        return 0
+    stop = time.monotonic() + budget_seconds
+    recovered = _recover_due()
+    done = _drain_run(run_id, stop)
+    for other in recovered:
+        if time.monotonic() >= stop:
+            break
+        done += drain(run_id=other, budget_seconds=max(0.1, stop - time.monotonic()))
+    return done
+
+
+def _drain_run(run_id: Any, stop: float) -> int:
+    done = 0
+    while time.monotonic() < stop:
+        started = time.monotonic()
+        claimed = claim_run_head(run_id)
+        if claimed is None:
+            return done + drain(run_id=run_id, budget_seconds=max(0.1, stop - time.monotonic()))
+        head, token = claimed
+        plan = _plan_for(head)
+        if plan is None:
+            # claimed before the plan was looked at: give the attempt back, then defer
+            _release(head.id, token)
+            defer(head)
+            return done + 1
+        _outcome, more = _execute(head, token, plan, started)
+        done += 1
+        if not more:
+            return done
+    return done
+
+
 def recover_expired_leases() -> int:
     """Expired claims go back to PENDING (attempt stays spent); a marked one is OUTCOME_UNKNOWN."""
+    return len(_recover_expired())
+
+
+def _recover_expired() -> list[dict[str, Any]]:
     rows = db.fetchdicts(
         "WITH expired AS (SELECT c.id, c.run_id, c.kind, c.token FROM workflow_commands c "
         "WHERE c.status = 'CLAIMED' AND c.lease_until < now() FOR UPDATE SKIP LOCKED) "
@@ -509,7 +617,7 @@ def recover_expired_leases() -> int:
     )
     for r in rows:
         observers.emit(observers.LeaseExpired(str(r["run_id"]), r["id"], r["kind"]))
-    return len(rows)
+    return rows
 
 
 def earliest_delay_seconds() -> float | None:

@@ -101,12 +101,16 @@ def try_lock_run_with_command(
     sql = (
         f"SELECT set_config('statement_timeout', %s, true) AS _deadline, {RUN_COLUMNS}, "
         f"(SELECT row_to_json(c) FROM (SELECT {FENCED_COMMAND} FROM workflow_commands WHERE id = %s "
-        "AND status = 'CLAIMED' AND token = %s) c) AS _command "
+        "AND status = 'CLAIMED' AND token = %s) c) AS _command, "
+        # read under the lock: every command recorded before this segment is seen here, and one
+        # recorded after it finds the lock free again when its own wake-up arrives
+        "EXISTS (SELECT 1 FROM workflow_commands e WHERE e.run_id = workflow_runs.id AND e.id <> %s "
+        "AND e.status IN ('PENDING','DEFERRED') AND e.available_at <= now()) AS _more "
         "FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT"
     )
     try:
         with connection.cursor() as cur:
-            cur.execute(sql, [f"{int(statement_timeout_ms)}ms", command_id, token, run_id])
+            cur.execute(sql, [f"{int(statement_timeout_ms)}ms", command_id, token, command_id, run_id])
             cols = [c[0] for c in cur.description]
             row = cur.fetchone()
             if row is not None:
@@ -122,7 +126,9 @@ def try_lock_run_with_command(
     data = dict(zip(cols, row, strict=True))
     data.pop("_deadline", None)
     command = data.pop("_command", None)
+    more = bool(data.pop("_more", False))
     if command is not None:
+        command["_more"] = more  # other runnable commands queued for this run (the executor loops)
         from datetime import datetime
 
         for key in ("recorded_at", "fire_at"):

@@ -12,12 +12,13 @@ import hmac
 import json
 import logging
 import urllib.request
+import uuid
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import transaction
+from django.db import connection, transaction
 
 from workflows.engine import db, faults, wakeups
 from workflows.engine.actors import Actor
@@ -51,18 +52,68 @@ def strip_forged(headers: dict[str, Any] | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in (headers or {}).items() if not str(k).lower().startswith("x-workflow-")}
 
 
-def _insert(drive: Drive, *, step: str, kind: str, target: str, payload: Any, key: str, headers: dict[str, str]) -> int:
-    row = db.fetchone(
-        "INSERT INTO workflow_outbox (run_id, command_id, step, kind, target, payload, headers, idempotency_key, "
-        "status, attempts, available_at, last_error, created_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,'PENDING',0,now(),'',"
-        "now()) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id",
-        [drive.run["id"], drive.command_id, step, kind, target[:2048], db.jsonb(payload), db.jsonb(headers), key],
-    )
+INSERT = (
+    "INSERT INTO workflow_outbox (run_id, command_id, step, kind, target, payload, headers, idempotency_key, "
+    "status, attempts, available_at, last_error, created_at, token, lease_until, delivered_at) "
+    "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,now(),'',now(),%s,{lease},{delivered}) "
+    "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
+)
+
+
+def _insert(
+    drive: Drive,
+    *,
+    step: str,
+    kind: str,
+    target: str,
+    payload: Any,
+    key: str,
+    headers: dict[str, str],
+    nothing_to_do: bool = False,
+) -> int:
+    """Record an intent. ``nothing_to_do``: its delivery would do nothing (a notice nobody can
+    receive), so it is recorded as delivered. Under ``wakeups.inline_delivery()`` the intent is
+    claimed here, in the segment's transaction, for this process to deliver after commit
+    (compensations excepted: they go out one at a time, in order, through the claim below)."""
+    row_target = target[:2048]
+    params = [drive.run["id"], drive.command_id, step, kind, row_target, db.jsonb(payload), db.jsonb(headers), key]
+    inline = not nothing_to_do and kind != "COMPENSATION" and wakeups.delivers_inline()
+    token = uuid.uuid4() if inline else None
+    if nothing_to_do:
+        sql = INSERT.format(lease="NULL", delivered="now()")
+        params += ["DELIVERED", 0, None]
+    elif inline:
+        sql = INSERT.format(lease="now() + make_interval(secs => %s)", delivered="NULL")
+        params += ["DELIVERING", 1, token, lease_seconds()]
+    else:
+        sql = INSERT.format(lease="NULL", delivered="NULL")
+        params += ["PENDING", 0, None]
+    row = db.fetchone(sql, params)
     if row is None:
         return 0
     intent_id = int(row[0])
+    if nothing_to_do:
+        return intent_id
     drive.effects.append(intent_id)
-    wakeups.deliver(intent_id)
+    if inline:
+        wakeups.deliver_claimed(
+            {
+                "id": intent_id,
+                "run_id": drive.run["id"],
+                "command_id": drive.command_id,
+                "step": step,
+                "kind": kind,
+                "target": row_target,
+                # what the claim below would read back from the row
+                "payload": json.loads(db.dumps(payload)) if payload is not None else None,
+                "headers": json.loads(db.dumps(headers)),
+                "idempotency_key": key,
+                "attempts": 1,
+                "token": token,
+            }
+        )
+    else:
+        wakeups.deliver(intent_id)
     return intent_id
 
 
@@ -114,9 +165,55 @@ def compensate(drive: Drive, *, forward_step: str, compensation_step: str) -> in
     )
 
 
-def notify_task(drive: Drive, *, task_id: UUID, reason: str, seq: int = 0) -> int:
+def notify_task(
+    drive: Drive, *, task_id: UUID, reason: str, seq: int = 0, assignment: tuple[str, str] | None = None
+) -> int:
+    """A task notice (an email to the assignees with an address). When no assignee has one,
+    the notice is recorded as delivered at once: its delivery would send nothing."""
     key = f"notify:{task_id}:{reason}:{seq}"
-    return _insert(drive, step="", kind="NOTIFY", target=str(task_id), payload={"reason": reason}, key=key, headers={})
+    if assignment is None:
+        row = db.fetchone("SELECT assignment_mode, assignment_value FROM workflow_tasks WHERE id = %s", [task_id])
+        assignment = (str(row[0]), str(row[1])) if row else ("", "")
+    return _insert(
+        drive,
+        step="",
+        kind="NOTIFY",
+        target=str(task_id),
+        payload={"reason": reason},
+        key=key,
+        headers={},
+        nothing_to_do=not _has_recipients(*assignment),
+    )
+
+
+def _recipients(mode: str, value: str) -> Any:
+    """The assignees' active accounts with an email address (a queryset)."""
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model().objects.filter(is_active=True).exclude(email="")
+    if mode == "user":
+        return users.filter(username=value)
+    return users.filter(groups__name=value)
+
+
+_RECIPIENT_SQL: dict[str, tuple[str, list[Any], int]] = {}
+_PLACEHOLDER = "\x00assignee\x00"
+
+
+def _has_recipients(mode: str, value: str) -> bool:
+    """Whether ``_recipients`` finds anyone: the ORM's SQL for each mode is compiled once per
+    process (with a placeholder value), since this runs in the segment of every task that
+    opens."""
+    mode = "user" if mode == "user" else "group"
+    compiled = _RECIPIENT_SQL.get(mode)
+    if compiled is None:
+        sql, params = _recipients(mode, _PLACEHOLDER).values_list("pk", flat=True)[:1].query.sql_with_params()
+        compiled = (sql, list(params), list(params).index(_PLACEHOLDER))
+        _RECIPIENT_SQL[mode] = compiled
+    sql, params, index = compiled
+    bound = list(params)
+    bound[index] = value
+    return db.fetchone(sql, bound) is not None
 
 
 def resume_parent(drive: Drive, *, status: str) -> int:
@@ -161,6 +258,22 @@ def deliver(intent_id: int) -> str:
         intent = _claim(intent_id)
     if intent is None:
         return "SKIPPED"
+    return deliver_claimed(intent)
+
+
+# A delivered mark commits asynchronously (one statement, outside any transaction): a mark lost
+# in a server crash leaves the intent DELIVERING until its lease lapses and it is delivered
+# again, which at-least-once delivery (receivers get the idempotency key) already allows.
+MARK_DELIVERED = (
+    "UPDATE workflow_outbox SET status = 'DELIVERED', delivered_at = now(), token = NULL, lease_until = NULL "
+    "FROM (SELECT {async_commit}) s WHERE id = %s AND token = %s"
+)
+
+
+def deliver_claimed(intent: dict[str, Any]) -> str:
+    """Deliver an intent this process has claimed (a row read by the claim, or the record of
+    an inline claim). Answers the resulting status."""
+    intent_id = intent["id"]
     try:
         _perform(intent)
         faults.point("outbox_delivery")  # the receiver has it; the intent is not DELIVERED yet
@@ -179,11 +292,8 @@ def deliver(intent_id: int) -> str:
             ],
         )
         return "DEAD" if dead else "RETRY"
-    db.execute(
-        "UPDATE workflow_outbox SET status = 'DELIVERED', delivered_at = now(), token = NULL, lease_until = NULL "
-        "WHERE id = %s AND token = %s",
-        [intent_id, intent["token"]],
-    )
+    asynchronous = "NULL" if connection.in_atomic_block else "set_config('synchronous_commit', 'off', true)"
+    db.execute(MARK_DELIVERED.format(async_commit=asynchronous), [intent_id, intent["token"]])
     _release_next_compensation(intent)
     return "DELIVERED"
 

@@ -412,7 +412,9 @@ def reassign_task(*, task_id: Any, mode: str, value: str, actor: Actor = NONE) -
     )
     from workflows.engine import outbox
 
-    outbox.notify_task(drive, task_id=locked["id"], reason=f"reassigned-{drive.history.next_seq}")
+    outbox.notify_task(
+        drive, task_id=locked["id"], reason=f"reassigned-{drive.history.next_seq}", assignment=(mode, value)
+    )
     drive.save()
 
 

@@ -61,6 +61,7 @@ class Settle:
     def __init__(self, status: str, reason: str = "") -> None:
         self.status = status
         self.reason = reason[:4000]
+        self.more = False  # the run had other runnable commands when the segment took its lock
 
 
 def run(
@@ -98,6 +99,7 @@ def run(
         # updates no row (the claim no longer stands) rolls everything back
         if drive.save(first=settlement(drive, cmd, settle)) != 1:
             raise Fenced()
+        settle.more = bool(cmd.get("_more"))
         return settle
 
 
@@ -512,7 +514,10 @@ def _fired(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any]) -> None:
 
 
 def _remind(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any], stale: Callable[[str], Settle]) -> Settle:
-    task = db.fetchdict("SELECT id, status, step FROM workflow_tasks WHERE id = %s FOR UPDATE", [timer["task_id"]])
+    task = db.fetchdict(
+        "SELECT id, status, step, assignment_mode, assignment_value FROM workflow_tasks WHERE id = %s FOR UPDATE",
+        [timer["task_id"]],
+    )
     if task is not None and task["status"] == "COMPLETING":
         return Settle("REQUEUE")  # held back behind the completion; keeps its place and fire time
     if task is None or task["status"] != "OPEN":
@@ -532,7 +537,13 @@ def _remind(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any], stale: Cal
         actor=drive.actor,
         payload={"task": str(task["id"]), "count": count},
     )
-    outbox.notify_task(drive, task_id=task["id"], reason="reminder", seq=count)
+    outbox.notify_task(
+        drive,
+        task_id=task["id"],
+        reason="reminder",
+        seq=count,
+        assignment=(task["assignment_mode"], task["assignment_value"]),
+    )
     if timer["interval_seconds"]:
         # anchored at the previous scheduled fire, not at when this segment ran
         nxt = commands.insert_timer(

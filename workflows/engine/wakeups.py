@@ -7,7 +7,9 @@ finds every due command in the database.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -35,7 +37,7 @@ def _pending() -> dict[str, Any]:
     state: dict[str, Any] | None = getattr(connection, "_workflow_wakeups", None)
     if state is not None and any(entry[1] is state["callback"] for entry in connection.run_on_commit):
         return state
-    state = {"runs": {}, "intents": []}
+    state = {"runs": {}, "intents": [], "claimed": []}
     state["callback"] = lambda: _fire(state)
     connection._workflow_wakeups = state  # type: ignore[attr-defined]
     transaction.on_commit(state["callback"])
@@ -45,8 +47,12 @@ def _pending() -> dict[str, Any]:
 def _fire(state: dict[str, Any]) -> None:
     runs = list(state["runs"].items())
     intents = list(state["intents"])
+    collector = getattr(_inline, "claimed", None)
+    if collector is not None:
+        collector.extend(state.get("claimed", ()))
     state["runs"].clear()
     state["intents"].clear()
+    state.get("claimed", []).clear()
     try:
         faults.point("before_publish")  # committed, the wake-ups not yet sent
         if runs and _notifier is not None:
@@ -75,3 +81,35 @@ def deliver(intent_id: int) -> None:
         _fire({"runs": {}, "intents": [intent_id]})
         return
     _pending()["intents"].append(intent_id)
+
+
+# Inline delivery. A process that runs segments and can deliver their intents itself (a
+# worker's wake-up task) opens ``inline_delivery()``: intents its segments record are then
+# claimed in the segment's own transaction (DELIVERING, a token and a lease, one attempt) and
+# handed to it after commit, instead of one message and one claim transaction per intent. A
+# process that dies before delivering leaves them to lease recovery (the sweep), as any claim.
+_inline = threading.local()
+
+
+@contextmanager
+def inline_delivery() -> Iterator[list[dict[str, Any]]]:
+    """Collect the intents claimed for this process; the caller delivers them."""
+    claimed: list[dict[str, Any]] = []
+    previous = getattr(_inline, "claimed", None)
+    _inline.claimed = claimed
+    try:
+        yield claimed
+    finally:
+        _inline.claimed = previous
+
+
+def delivers_inline() -> bool:
+    return getattr(_inline, "claimed", None) is not None
+
+
+def deliver_claimed(intent: dict[str, Any]) -> None:
+    """Hand an intent claimed in the current transaction to this process after commit."""
+    if not connection.in_atomic_block:
+        _inline.claimed.append(intent)
+        return
+    _pending()["claimed"].append(intent)

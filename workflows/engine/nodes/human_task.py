@@ -102,5 +102,5 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         actor=drive.actor,
         payload={"task": str(task_id), "assignment": {"mode": mode, "value": value}},
     )
-    outbox.notify_task(drive, task_id=task_id, reason="opened")
+    outbox.notify_task(drive, task_id=task_id, reason="opened", assignment=(mode, value))
     return WAIT

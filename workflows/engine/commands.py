@@ -77,6 +77,7 @@ def insert(
             *actor.columns(),
             *extra,
         ],
+        prepared=True,
     )
     assert row is not None
     return {"id": row[0], "seq": seq, "kind": kind, "recorded_at": row[1], "available_at": row[2], "status": "PENDING"}

@@ -13,7 +13,8 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
-from django.db import DatabaseError, OperationalError, connection
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connection, connections
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from workflows.exceptions import LockTimeout, PersistenceError
@@ -22,6 +23,7 @@ LOCK_NOT_AVAILABLE = "55P03"
 DEADLOCK = "40P01"
 SERIALIZATION = "40001"
 QUERY_CANCELED = "57014"
+IDLE = TransactionStatus.IDLE
 
 
 def _default(value: Any) -> Any:
@@ -53,42 +55,110 @@ def _decoder(description: Any) -> list[bool]:
     return [getattr(c, "type_code", None) in JSON_OIDS for c in description]
 
 
+# The result shape (column names, which are JSON) of each statement text, read from the
+# first result: psycopg builds ``cursor.description`` afresh on every access, which costs more
+# than the rest of a short statement's client work. A text always has the same shape.
+_SHAPES: dict[str, tuple[list[str], list[bool]]] = {}
+_SHAPES_MAX = 1024
+
+
+def shape(cur: Any, sql: str) -> tuple[list[str], list[bool]]:
+    found = _SHAPES.get(sql)
+    if found is None:
+        description = cur.description
+        found = ([c[0] for c in description], _decoder(description))
+        if len(_SHAPES) >= _SHAPES_MAX:
+            _SHAPES.clear()
+        _SHAPES[sql] = found
+    return found
+
+
 def decode_row(row: Sequence[Any], json_columns: list[bool]) -> tuple[Any, ...]:
     return tuple(
         json.loads(v) if is_json and isinstance(v, str) else v for v, is_json in zip(row, json_columns, strict=True)
     )
 
 
-def fetchone(sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-    with connection.cursor() as cur:
+# Prepared statements for the hot path. Django's connections bind parameters on the client
+# and prepare nothing (so that poolers work); the statements the executor and the recordings
+# run for every command are long (CTEs, the head rule) and PostgreSQL spends more time planning
+# them than running them. Those pass ``prepared=True``: they go through a server-binding cursor
+# on the same connection (same transaction, same adapters, Django's error mapping), and
+# psycopg prepares each after PREPARE_THRESHOLD uses on that connection. Only single
+# statements with plain parameters qualify (no ``IN %s`` tuples, no several statements).
+PREPARE_THRESHOLD = 2
+
+
+@contextmanager
+def _cursor(prepared: bool) -> Iterator[Any]:
+    if not prepared:
+        with connection.cursor() as cur:
+            yield cur
+        return
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    wrapper.close_if_health_check_failed()
+    if wrapper.connection is None:
+        wrapper.ensure_connection()
+    raw = wrapper.connection
+    # one server-binding cursor per connection, reused (its results are always read before
+    # the next statement): creating one per statement costs more than a short statement
+    held = getattr(wrapper, "_workflow_cursor", None)
+    if held is None or held[0] is not raw:
+        if raw.prepare_threshold is None:
+            raw.prepare_threshold = PREPARE_THRESHOLD  # affects server-binding cursors only
+        held = (raw, psycopg.Cursor(raw))
+        wrapper._workflow_cursor = held  # type: ignore[attr-defined]
+    with wrapper.wrap_database_errors:
+        yield held[1]
+
+
+def run(cur: Any, sql: str, params: Any) -> None:
+    """Execute on a cursor from ``_cursor``. The first statement of a transaction goes out in
+    pipeline mode on a server-binding cursor, so psycopg's BEGIN travels with it instead of
+    taking a round trip of its own."""
+    raw = cur.connection
+    if isinstance(cur, psycopg.Cursor) and not raw.autocommit and raw.info.transaction_status == IDLE:
+        with raw.pipeline():
+            cur.execute(sql, params)
+    else:
         cur.execute(sql, params)
+
+
+def fetchone(sql: str, params: Sequence[Any] = (), *, prepared: bool = False) -> tuple[Any, ...] | None:
+    with _cursor(prepared) as cur:
+        run(cur, sql, params)
         row = cur.fetchone()
-        return decode_row(row, _decoder(cur.description)) if row is not None else None
+        return decode_row(row, shape(cur, sql)[1]) if row is not None else None
 
 
-def fetchall(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cur:
-        cur.execute(sql, params)
-        json_columns = _decoder(cur.description)
-        return [decode_row(r, json_columns) for r in cur.fetchall()]
+def fetchall(sql: str, params: Sequence[Any] = (), *, prepared: bool = False) -> list[tuple[Any, ...]]:
+    with _cursor(prepared) as cur:
+        run(cur, sql, params)
+        rows = cur.fetchall()
+        if not rows:
+            return []
+        json_columns = shape(cur, sql)[1]
+        return [decode_row(r, json_columns) for r in rows]
 
 
-def fetchdicts(sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-    with connection.cursor() as cur:
-        cur.execute(sql, params)
-        cols = [c[0] for c in cur.description]
-        json_columns = _decoder(cur.description)
-        return [dict(zip(cols, decode_row(r, json_columns), strict=True)) for r in cur.fetchall()]
+def fetchdicts(sql: str, params: Sequence[Any] = (), *, prepared: bool = False) -> list[dict[str, Any]]:
+    with _cursor(prepared) as cur:
+        run(cur, sql, params)
+        rows = cur.fetchall()
+        if not rows:
+            return []
+        cols, json_columns = shape(cur, sql)
+        return [dict(zip(cols, decode_row(r, json_columns), strict=True)) for r in rows]
 
 
-def fetchdict(sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
-    rows = fetchdicts(sql, params)
+def fetchdict(sql: str, params: Sequence[Any] = (), *, prepared: bool = False) -> dict[str, Any] | None:
+    rows = fetchdicts(sql, params, prepared=prepared)
     return rows[0] if rows else None
 
 
-def execute(sql: str, params: Sequence[Any] = ()) -> int:
-    with connection.cursor() as cur:
-        cur.execute(sql, params)
+def execute(sql: str, params: Sequence[Any] = (), *, prepared: bool = False) -> int:
+    with _cursor(prepared) as cur:
+        run(cur, sql, params)
         return int(cur.rowcount)
 
 
@@ -122,14 +192,23 @@ def map_database_error(exc: DatabaseError, operation: str) -> Exception:
 
 
 def execute_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
-    """Several statements in one round trip (client-side binding); answers the rowcount of
-    the first statement, which is the one whose effect the caller must check."""
+    """Several statements in one round trip: psycopg's pipeline mode, each statement bound on
+    the server (and prepared once it repeats); answers the rowcount of the first statement,
+    which is the one whose effect the caller must check. As in one multi-statement query, a
+    failing statement skips the rest and raises."""
     if not statements:
         return 0
-    sql = ";\n".join(s for s, _ in statements)
-    params: list[Any] = []
-    for _, p in statements:
-        params.extend(p)
-    with connection.cursor() as cur:
-        cur.execute(sql, params)
-        return int(cur.rowcount)
+    with _cursor(True) as first:
+        raw = first.connection
+        rest: list[psycopg.Cursor[Any]] = []
+        try:
+            with raw.pipeline():
+                first.execute(statements[0][0], statements[0][1])
+                for sql, params in statements[1:]:
+                    cur = psycopg.Cursor(raw)
+                    rest.append(cur)
+                    cur.execute(sql, params)
+        finally:
+            for cur in rest:
+                cur.close()
+        return int(first.rowcount)

@@ -84,7 +84,7 @@ def peek(limit: int, run_id: Any = None, *, min_age_seconds: float = 0.0) -> lis
     """Claimable heads (of one run, or of all). ``min_age_seconds``: only heads available at
     least that long (the sweep leaves fresh ones to the wake-ups already on their way)."""
     if run_id is not None:
-        rows = db.fetchdicts(PEEK.format(run_filter="AND c.run_id = %s"), [run_id, limit])
+        rows = db.fetchdicts(PEEK.format(run_filter="AND c.run_id = %s"), [run_id, limit], prepared=True)
     elif min_age_seconds > 0:
         rows = db.fetchdicts(
             PEEK.format(run_filter="AND c.available_at <= now() - make_interval(secs => %s)"),
@@ -164,8 +164,8 @@ def _claim_statement(sql: str, params: list[Any]) -> dict[str, Any] | None:
     aborting it. Raises ``DatabaseError`` (a busy run gives LOCK_NOT_AVAILABLE)."""
     if connection.in_atomic_block:
         with transaction.atomic():
-            return db.fetchdict(sql.format(async_commit="NULL"), params)
-    return db.fetchdict(sql.format(async_commit=ASYNC_COMMIT), params)
+            return db.fetchdict(sql.format(async_commit="NULL"), params, prepared=True)
+    return db.fetchdict(sql.format(async_commit=ASYNC_COMMIT), params, prepared=True)
 
 
 def claim(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | None:

@@ -203,45 +203,60 @@ class HistoryBuffer:
         return self.next_seq - 1
 
     def flush_statement(self) -> tuple[str, list[Any]] | None:
-        """The multi-row INSERT of the buffered entries (the buffer is consumed)."""
+        """The INSERT of the buffered entries (the buffer is consumed): one statement text for
+        any number of entries (they travel as one JSON array), so it is prepared once."""
         if not self.entries:
             return None
-        rows: list[Any] = []
-        values = []
+        rows: list[dict[str, Any]] = []
         seq = self.next_seq
         for e in self.entries:
-            values.append("(%s,%s,%s,clock_timestamp()," + ",".join(["%s"] * 18) + ",2)")
-            rows.extend(
-                [
-                    self.run_id,
-                    seq,
-                    e.type,
-                    e.command_id,
-                    e.step or "",
-                    e.branch_id or "",
-                    e.outcome or "",
-                    self.scope if e.decision else "",
-                    self.definition_id if e.decision else "",
-                    self.version if e.decision else None,
-                    self.plan_hash if e.decision else "",
-                    e.state_version_before,
-                    e.state_version_after,
-                    self.executor_id if e.decision else "",
-                    db.jsonb(e.patch) if e.patch is not None else None,
-                    db.jsonb(e.payload) if e.payload is not None else None,
-                    *e.actor.columns(),
-                ]
-            )
+            kind, actor_id, reason, on_behalf_of, status = e.actor.columns()
+            row: dict[str, Any] = {
+                "seq": seq,
+                "type": e.type,
+                "command_id": e.command_id,
+                "step": e.step or "",
+                "branch_id": e.branch_id or "",
+                "outcome": e.outcome or "",
+                "vb": e.state_version_before,
+                "va": e.state_version_after,
+                "ak": kind,
+                "ai": actor_id,
+                "ar": reason,
+                "ob": on_behalf_of,
+                "st": status,
+            }
+            if e.decision:
+                row.update(
+                    scope=self.scope,
+                    definition_id=self.definition_id,
+                    version=self.version,
+                    plan_hash=self.plan_hash,
+                    executor_id=self.executor_id,
+                )
+            if e.patch is not None:
+                row["patch"] = e.patch
+            if e.payload is not None:
+                row["payload"] = e.payload
+            rows.append(row)
             seq += 1
         self.entries.clear()
         self.next_seq = seq
-        return (
-            "INSERT INTO workflow_history (run_id, seq, type, at, command_id, step, branch_id, outcome, scope, "
-            "definition_id, version, plan_hash, state_version_before, state_version_after, executor_id, patch, "
-            "payload, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status, entry_version) VALUES "
-            + ",".join(values),
-            rows,
-        )
+        return HISTORY_INSERT, [self.run_id, db.jsonb(rows)]
+
+
+# Absent keys are NULL: the text columns a non-decision entry leaves empty are coalesced to ''.
+HISTORY_INSERT = (
+    "INSERT INTO workflow_history (run_id, seq, type, at, command_id, step, branch_id, outcome, scope, "
+    "definition_id, version, plan_hash, state_version_before, state_version_after, executor_id, patch, "
+    "payload, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status, entry_version) "
+    "SELECT %s, e.seq, e.type, clock_timestamp(), e.command_id, e.step, e.branch_id, e.outcome, "
+    "coalesce(e.scope, ''), coalesce(e.definition_id, ''), e.version, coalesce(e.plan_hash, ''), e.vb, e.va, "
+    "coalesce(e.executor_id, ''), e.patch, e.payload, e.ak, e.ai, e.ar, e.ob, e.st, 2 "
+    "FROM jsonb_to_recordset(%s) AS e(seq integer, type text, command_id bigint, step text, branch_id text, "
+    "outcome text, scope text, definition_id text, version integer, plan_hash text, vb integer, va integer, "
+    "executor_id text, patch jsonb, payload jsonb, ak text, ai text, ar text, ob text, st text)"
+)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -26,22 +26,25 @@ RUN_COLUMNS = (
 )
 
 
+LOCK_RUN = (
+    f"SELECT set_config('lock_timeout', %s, true) AS _bound, {RUN_COLUMNS} FROM workflow_runs "
+    "WHERE id = %s FOR NO KEY UPDATE"
+)
+TRY_LOCK_RUN = f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT"
+
+
 def lock_run(run_id: UUID | str) -> dict[str, Any]:
     """Take the run's execution lock for the caller's transaction (waits ≤ LOCK_TIMEOUT_MS)."""
     timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
     try:
-        with connection.cursor() as cur:
+        with db._cursor(True) as cur:
             # SET LOCAL, evaluated in the scan below the row lock, so the bound applies to this
             # very wait; it holds for the rest of the transaction (lock waits only)
-            cur.execute(
-                f"SELECT set_config('lock_timeout', %s, true) AS _bound, {RUN_COLUMNS} FROM workflow_runs "
-                "WHERE id = %s FOR NO KEY UPDATE",
-                [f"{int(timeout_ms)}ms", run_id],
-            )
-            cols = [c[0] for c in cur.description]
+            db.run(cur, LOCK_RUN, [f"{int(timeout_ms)}ms", run_id])
             row = cur.fetchone()
             if row is not None:
-                row = db.decode_row(row, db._decoder(cur.description))
+                cols, json_columns = db.shape(cur, LOCK_RUN)
+                row = db.decode_row(row, json_columns)
     except DatabaseError as exc:
         if db.sqlstate(exc) in (db.LOCK_NOT_AVAILABLE, db.DEADLOCK):
             raise LockTimeout("the run is busy; retry the whole transaction") from None
@@ -66,14 +69,11 @@ def try_lock_run(run_id: UUID | str, *, first: bool = True) -> dict[str, Any] | 
 
     try:
         with nullcontext() if first else transaction.atomic(), connection.cursor() as cur:
-            cur.execute(
-                f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT",
-                [run_id],
-            )
-            cols = [c[0] for c in cur.description]
+            cur.execute(TRY_LOCK_RUN, [run_id])
             row = cur.fetchone()
             if row is not None:
-                row = db.decode_row(row, db._decoder(cur.description))
+                cols, json_columns = db.shape(cur, TRY_LOCK_RUN)
+                row = db.decode_row(row, json_columns)
     except DatabaseError as exc:
         if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
             if first and connection.in_atomic_block:
@@ -91,6 +91,18 @@ FENCED_COMMAND = (
 )
 
 
+LOCK_WITH_COMMAND = (
+    f"SELECT set_config('statement_timeout', %s, true) AS _deadline, {RUN_COLUMNS}, "
+    f"(SELECT row_to_json(c) FROM (SELECT {FENCED_COMMAND} FROM workflow_commands WHERE id = %s "
+    "AND status = 'CLAIMED' AND token = %s) c) AS _command, "
+    # read under the lock: every command recorded before this segment is seen here, and one
+    # recorded after it finds the lock free again when its own wake-up arrives
+    "EXISTS (SELECT 1 FROM workflow_commands e WHERE e.run_id = workflow_runs.id AND e.id <> %s "
+    "AND e.status IN ('PENDING','DEFERRED') AND e.available_at <= now()) AS _more "
+    "FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT"
+)
+
+
 def try_lock_run_with_command(
     run_id: Any, command_id: int, token: Any, statement_timeout_ms: int
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -98,23 +110,13 @@ def try_lock_run_with_command(
     the claim no longer stands) and set the statement deadline. (None, None) when busy."""
     from django.db import transaction
 
-    sql = (
-        f"SELECT set_config('statement_timeout', %s, true) AS _deadline, {RUN_COLUMNS}, "
-        f"(SELECT row_to_json(c) FROM (SELECT {FENCED_COMMAND} FROM workflow_commands WHERE id = %s "
-        "AND status = 'CLAIMED' AND token = %s) c) AS _command, "
-        # read under the lock: every command recorded before this segment is seen here, and one
-        # recorded after it finds the lock free again when its own wake-up arrives
-        "EXISTS (SELECT 1 FROM workflow_commands e WHERE e.run_id = workflow_runs.id AND e.id <> %s "
-        "AND e.status IN ('PENDING','DEFERRED') AND e.available_at <= now()) AS _more "
-        "FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT"
-    )
     try:
-        with connection.cursor() as cur:
-            cur.execute(sql, [f"{int(statement_timeout_ms)}ms", command_id, token, command_id, run_id])
-            cols = [c[0] for c in cur.description]
+        with db._cursor(True) as cur:
+            db.run(cur, LOCK_WITH_COMMAND, [f"{int(statement_timeout_ms)}ms", command_id, token, command_id, run_id])
             row = cur.fetchone()
             if row is not None:
-                row = db.decode_row(row, db._decoder(cur.description))
+                cols, json_columns = db.shape(cur, LOCK_WITH_COMMAND)
+                row = db.decode_row(row, json_columns)
     except DatabaseError as exc:
         if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
             if connection.in_atomic_block:

@@ -88,7 +88,7 @@ def _insert(
     else:
         sql = INSERT.format(lease="NULL", delivered="NULL")
         params += ["PENDING", 0, None]
-    row = db.fetchone(sql, params)
+    row = db.fetchone(sql, params, prepared=True)
     if row is None:
         return 0
     intent_id = int(row[0])
@@ -202,8 +202,8 @@ _PLACEHOLDER = "\x00assignee\x00"
 
 def _has_recipients(mode: str, value: str) -> bool:
     """Whether ``_recipients`` finds anyone: the ORM's SQL for each mode is compiled once per
-    process (with a placeholder value), since this runs in the segment of every task that
-    opens."""
+    process (with a placeholder value) and then run as a prepared statement, since this runs
+    in the segment of every task that opens."""
     mode = "user" if mode == "user" else "group"
     compiled = _RECIPIENT_SQL.get(mode)
     if compiled is None:
@@ -213,7 +213,7 @@ def _has_recipients(mode: str, value: str) -> bool:
     sql, params, index = compiled
     bound = list(params)
     bound[index] = value
-    return db.fetchone(sql, bound) is not None
+    return db.fetchone(sql, bound, prepared=True) is not None
 
 
 def resume_parent(drive: Drive, *, status: str) -> int:
@@ -293,7 +293,7 @@ def deliver_claimed(intent: dict[str, Any]) -> str:
         )
         return "DEAD" if dead else "RETRY"
     asynchronous = "NULL" if connection.in_atomic_block else "set_config('synchronous_commit', 'off', true)"
-    db.execute(MARK_DELIVERED.format(async_commit=asynchronous), [intent_id, intent["token"]])
+    db.execute(MARK_DELIVERED.format(async_commit=asynchronous), [intent_id, intent["token"]], prepared=True)
     _release_next_compensation(intent)
     return "DELIVERED"
 

@@ -156,6 +156,7 @@ def start(
             int(parent.get("depth", 0)),
             *actor.columns(),
         ],
+        prepared=True,
     )
     run = {"id": run_id, "next_seq": 1, "open_signals": 0}
     cmd = commands.insert(
@@ -320,6 +321,7 @@ def complete_task(
         "SELECT id, run_id, status, decisions, assignment_mode, assignment_value, require_version_stability "
         "FROM workflow_tasks WHERE id = %s",
         [task_id],
+        prepared=True,
     )
     if task is None:
         raise TaskNotFound("task not found")
@@ -333,6 +335,7 @@ def complete_task(
         "SELECT id, run_id, status, decisions, assignment_mode, assignment_value, require_version_stability "
         "FROM workflow_tasks WHERE id = %s FOR UPDATE",
         [task_id],
+        prepared=True,
     )
     assert task is not None
     if task["status"] != "OPEN":
@@ -371,6 +374,7 @@ def complete_task(
         "UPDATE workflow_tasks SET status = 'COMPLETING', reservation_owner = %s, updated_at = now() "
         "WHERE id = %s AND status = 'OPEN'",
         [cmd["id"], task_id],
+        prepared=True,
     )
     if idempotency_key:
         db.execute(

@@ -344,6 +344,7 @@ def _apply_completion(drive: Drive, cmd: dict[str, Any]) -> Settle:
     task = db.fetchdict(
         "SELECT id, step, branch_id, status, reservation_owner FROM workflow_tasks WHERE id = %s FOR UPDATE",
         [cmd["task_id"]],
+        prepared=True,
     )
     if task is None or task["status"] != "COMPLETING" or task["reservation_owner"] != cmd["id"]:
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="TASK_NOT_RESERVED")
@@ -392,6 +393,7 @@ def apply_decision(drive: Drive, task: dict[str, Any], target: dict[str, Any]) -
         "UPDATE workflow_tasks SET status = 'COMPLETED', decision = %s, completed_by = %s, closed_at = now(), "
         "updated_at = now() WHERE id = %s",
         [name, (target.get("completed_by") or drive.actor.id or "")[:255], task["id"]],
+        prepared=True,
     )
     drive.history.add(
         "TASK_COMPLETED",

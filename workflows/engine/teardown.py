@@ -51,8 +51,8 @@ OPEN_THINGS = (
 
 def open_things(run_id: Any) -> dict[str, bool]:
     """What an ending run still holds, in one read, so the teardown writes only what it must."""
-    with __import__("django.db", fromlist=["connection"]).connection.cursor() as cur:
-        cur.execute(OPEN_THINGS, {"r": run_id})
+    with db._cursor(True) as cur:
+        db.run(cur, OPEN_THINGS, {"r": run_id})
         cols = [c[0] for c in cur.description]
         return dict(zip(cols, cur.fetchone(), strict=True))
 

@@ -14,6 +14,7 @@ def open_park(drive: Drive, *, node: str, kind: str, branch_id: str = "") -> int
         "INSERT INTO workflow_parks (run_id, scope, definition_id, version, node, kind, branch_id, since, left_how, "
         "moved_to_scope, moved_to_node, moved_by) VALUES (%s,%s,%s,%s,%s,%s,%s,now(),'','','','') RETURNING id",
         [run["id"], run["scope"], run["definition_id"], run["version"], node, kind, branch_id],
+        prepared=True,
     )
     assert row is not None
     return int(row[0])
@@ -34,6 +35,7 @@ def close_park(park_id: int | None, how: str, **moved: Any) -> None:
             moved.get("migration_id"),
             park_id,
         ],
+        prepared=True,
     )
 
 

@@ -77,6 +77,7 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
             run["subject_version"] or "",
             step.reminder_every_seconds,
         ],
+        prepared=True,
     )
     if step.due is not None:
         timer = waits.add_timer(

@@ -330,6 +330,7 @@ class Profiler:
                         "--format",
                         "raw",
                         "--subprocesses",
+                        "--gil",  # samples that hold the GIL: Python work, not waits on the network
                         "--output",
                         str(out / f"worker-{pid}.txt"),
                     ],

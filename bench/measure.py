@@ -151,13 +151,25 @@ class Probe:
         self.own_xacts += 1
         return list(self.conn.execute(sql, params).fetchall())  # type: ignore[arg-type]
 
-    def xact_commit(self, settle_s: float = 1.2) -> int:
-        """Committed transactions of this database. Backends report their counters at most
-        once a second, so wait a little and read a fresh snapshot."""
-        time.sleep(settle_s)
-        self.conn.execute("SELECT pg_stat_clear_snapshot()")
-        self.own_xacts += 1
-        return int(self._one("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"))  # type: ignore[call-overload]
+    def xact_commit(self, settle_s: float = 1.2, max_wait_s: float = 15.0) -> int:
+        """Committed transactions of this database. Backends report their counters lazily
+        (at most once a second, later when busy), so read until two readings a settle apart
+        agree."""
+        deadline = time.monotonic() + max_wait_s
+        last = -1
+        while True:
+            time.sleep(settle_s)
+            self.conn.execute("SELECT pg_stat_clear_snapshot()")
+            self.own_xacts += 1
+            sql = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+            value = int(self._one(sql))  # type: ignore[call-overload]
+            if value - last <= self.own_xacts_since(last) or time.monotonic() > deadline:
+                return value
+            last = value
+
+    def own_xacts_since(self, last: int) -> int:
+        """Between two readings the probe itself commits two transactions."""
+        return 2 if last >= 0 else -1
 
     def xid(self) -> int:
         return int(self._one("SELECT pg_current_xact_id()::text::bigint"))  # type: ignore[call-overload]

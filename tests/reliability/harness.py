@@ -227,6 +227,13 @@ class Harness:
     def _kill(self, worker: Worker) -> None:
         if not worker.alive():
             return
+        # up to 2 s for a moment when the worker holds a claim, so most kills leave work behind
+        # (the claims that count are read after the kill: whatever it held then)
+        waited = time.monotonic() + 2.0
+        while time.monotonic() < waited and worker.alive() and not self._claims_of(worker.pid):
+            time.sleep(0.02)
+        if not worker.alive():
+            return
         pid = self.fleet.kill(worker)
         at_db = db.fetchone("SELECT clock_timestamp()")
         orphans = self._claims_of(pid)

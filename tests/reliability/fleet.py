@@ -54,10 +54,18 @@ class Worker:
 
 
 class Fleet:
-    def __init__(self, env: dict[str, str], workdir: Path, *, workers: int = 2) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        workdir: Path,
+        *,
+        workers: int = 2,
+        worker_env: dict[int, dict[str, str]] | None = None,
+    ) -> None:
         self.env = env
         self.workdir = workdir
         self.workers = [Worker(i + 1) for i in range(workers)]
+        self.worker_env = worker_env or {}  # per worker index: variables only that worker gets
         self.beat: subprocess.Popen[bytes] | None = None
         self.beat_starts = 0
 
@@ -86,7 +94,7 @@ class Fleet:
             "--hostname", f"{worker.name}-{os.getpid()}-{worker.starts}@%h",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
         ]  # fmt: skip
-        worker.proc = self._spawn(argv, log, worker.name)
+        worker.proc = self._spawn(argv, log, worker.name, self.worker_env.get(worker.index))
         worker.pids.append(worker.proc.pid)
         if wait:
             self._wait_for(worker.proc, log, " ready.", worker.name)
@@ -149,12 +157,14 @@ class Fleet:
             parts.append(f"--- {path.name}\n{text[-tail:]}")
         return "\n".join(parts)
 
-    def _spawn(self, argv: list[str], log: Path, name: str) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, argv: list[str], log: Path, name: str, extra: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         with log.open("wb") as out:
             return subprocess.Popen(
                 argv,
                 cwd=ROOT,
-                env={**self.env, "SWITCHYARD_PROCESS": name, "PYTHONUNBUFFERED": "1"},
+                env={**self.env, **(extra or {}), "SWITCHYARD_PROCESS": name, "PYTHONUNBUFFERED": "1"},
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

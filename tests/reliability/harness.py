@@ -53,7 +53,7 @@ class Config:
     quiesce_timeout: float = 150.0
     faults: str = (
         "after_claim:exit:0.002,after_segment_commit:dberror:0.01,before_publish:exit:0.001,"
-        "outbox_delivery:dberror:0.05,before_settle:stop:#250"
+        "outbox_delivery:dberror:0.05,before_settle:stop:#600"
     )
     seed: int = 7
 

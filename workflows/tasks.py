@@ -71,10 +71,50 @@ def sweep() -> int:
     close_old_connections()
     if not conf.get().EXECUTOR.ENABLED:
         return 0
-    executor.recover_expired_leases()
+    recovered = executor.recover_expired_runs()
     for intent_id in outbox.due_intents():
         deliver.delay(intent_id)
-    return executor.drain(budget_seconds=conf.get().EXECUTOR.DRAIN_SECONDS, min_age_seconds=SWEEP_GRACE_SECONDS)
+    budget = conf.get().EXECUTOR.DRAIN_SECONDS
+    done = sum(executor.drain(run_id=run_id, budget_seconds=budget) for run_id in recovered)
+    if _backlog_defers_sweep():
+        return done
+    return done + executor.drain(budget_seconds=budget, min_age_seconds=SWEEP_GRACE_SECONDS)
+
+
+# Behind a backlog of wake-ups the sweep's drain would run the very commands those messages
+# are about to run (each then a wasted message). While more than SWEEP_BACKLOG messages are
+# queued it leaves due commands to them, for at most SWEEP_MAX_DEFER_SECONDS in a row, so a
+# command whose wake-up was lost still runs under a backlog that never clears.
+SWEEP_BACKLOG = 64
+SWEEP_MAX_DEFER_SECONDS = 30.0
+_sweep_deferred_since: float | None = None
+
+
+def _backlog_defers_sweep() -> bool:
+    global _sweep_deferred_since
+    queued = _queued_messages()
+    now = time.monotonic()
+    if queued is None or queued <= SWEEP_BACKLOG:
+        _sweep_deferred_since = None
+        return False
+    if _sweep_deferred_since is None:
+        _sweep_deferred_since = now
+    if now - _sweep_deferred_since > SWEEP_MAX_DEFER_SECONDS:
+        _sweep_deferred_since = None
+        return False
+    return True
+
+
+def _queued_messages() -> int | None:
+    """Messages waiting in the default queue (None when the broker cannot say)."""
+    app = run_instance.app
+    try:
+        with app.connection_or_acquire() as conn:
+            declared = conn.default_channel.queue_declare(queue=app.conf.task_default_queue, passive=True)
+            return int(declared.message_count)
+    except Exception:  # the sweep goes on without the hint
+        log.debug("queue length unavailable", exc_info=True)
+        return None
 
 
 @shared_task(name="workflows.deliver", ignore_result=True, acks_late=True)

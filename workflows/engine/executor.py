@@ -147,18 +147,26 @@ CLAIM_FAST = (
 # A wake-up names a run: try-lock it, pick its head and claim it in one statement, which also
 # answers the run's pin (for the plan).
 CLAIM_RUN_HEAD = (
-    "WITH r AS (SELECT id, scope, definition_id, version, plan_hash, status, {async_commit} FROM workflow_runs "
-    "WHERE id = %s AND status IN ('PENDING','RUNNING','WAITING','COMPENSATING') FOR NO KEY UPDATE NOWAIT), "
-    "h AS (SELECT c.id FROM workflow_commands c JOIN r ON r.id = c.run_id WHERE c.status IN ('PENDING','DEFERRED') "
-    "AND c.available_at <= now() AND c.attempts < %s AND " + HEAD_RULE + " ORDER BY c.order_at, c.seq LIMIT 1) "
-    "UPDATE workflow_commands c SET status = 'CLAIMED', attempts = c.attempts + 1, token = %s, claimed_by = %s, "
-    "lease_until = now() + make_interval(secs => %s) FROM r, h WHERE c.id = h.id "
+    "WITH s AS (SELECT status FROM workflow_runs WHERE id = %(run)s), "
+    "r AS (SELECT id, scope, definition_id, version, plan_hash, status, {async_commit} FROM workflow_runs "
+    "WHERE id = %(run)s AND status IN ('PENDING','RUNNING','WAITING','COMPENSATING') FOR NO KEY UPDATE NOWAIT), "
+    "h AS (SELECT c.id, c.attempts FROM workflow_commands c JOIN r ON r.id = c.run_id "
+    "WHERE c.status IN ('PENDING','DEFERRED') AND c.available_at <= now() AND "
+    + HEAD_RULE
+    + " ORDER BY c.order_at, c.seq LIMIT 1), "
+    "u AS (UPDATE workflow_commands c SET status = 'CLAIMED', attempts = c.attempts + 1, token = %(token)s, "
+    "claimed_by = %(by)s, lease_until = now() + make_interval(secs => %(lease)s) FROM r, h "
+    "WHERE c.id = h.id AND h.attempts < %(max)s "
     "RETURNING c.id, c.run_id, c.kind, c.target, r.scope, r.definition_id, r.version, r.plan_hash, "
-    "r.status AS run_status"
+    "r.status AS run_status) "
+    # one row whatever happened: the claim, or why there is none (nothing runnable now, or a
+    # case for the full path: an ended or failed run, a head whose attempts are spent)
+    "SELECT s.status AS status_now, (SELECT count(*) FROM h) AS heads, u.* FROM s LEFT JOIN u ON true"
 )
+LIVE = ("PENDING", "RUNNING", "WAITING", "COMPENSATING")
 
 
-def _claim_statement(sql: str, params: list[Any]) -> dict[str, Any] | None:
+def _claim_statement(sql: str, params: Any) -> dict[str, Any] | None:
     """A one-statement claim: its own transaction when none is open (one round trip, an
     asynchronous commit); inside a caller's transaction a savepoint keeps a busy lock from
     aborting it. Raises ``DatabaseError`` (a busy run gives LOCK_NOT_AVAILABLE)."""
@@ -541,22 +549,33 @@ def drain(
     return done
 
 
-def claim_run_head(run_id: Any) -> tuple[Head, Any] | None:
-    """Claim the head of one run in one statement: (head, token), or None when this statement
-    claims nothing (a busy run, nothing runnable, or a case for the full path)."""
+def claim_run_head(run_id: Any) -> tuple[Head, Any] | str:
+    """Claim the head of one run in one statement: (head, token); otherwise "IDLE" (a busy
+    run, a run gone, nothing runnable now) or "FULL_PATH" (an ended or failed run, a head whose
+    attempts are spent: the full claim settles or dead-letters it)."""
     settings = conf.get().EXECUTOR
     token = uuid.uuid4()
+    params = {
+        "run": run_id,
+        "max": settings.MAX_ATTEMPTS,
+        "token": token,
+        "by": executor_id(),
+        "lease": settings.LEASE_SECONDS,
+    }
     try:
-        row = _claim_statement(
-            CLAIM_RUN_HEAD, [run_id, settings.MAX_ATTEMPTS, token, executor_id(), settings.LEASE_SECONDS]
-        )
+        row = _claim_statement(CLAIM_RUN_HEAD, params)
     except DatabaseError as exc:
         if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
-            return None
+            return "IDLE"  # the holder is a segment of this run (it looks again) or a recording (it wakes)
         raise
     if row is None:
-        return None
-    return Head(**row), token
+        return "IDLE"
+    status_now, heads = row.pop("status_now"), row.pop("heads")
+    if row["id"] is not None:
+        return Head(**row), token
+    if status_now in LIVE and not heads:
+        return "IDLE"
+    return "FULL_PATH"
 
 
 def drain_run(run_id: Any, *, budget_seconds: float = 20.0) -> int:
@@ -582,7 +601,9 @@ def _drain_run(run_id: Any, stop: float) -> int:
     while time.monotonic() < stop:
         started = time.monotonic()
         claimed = claim_run_head(run_id)
-        if claimed is None:
+        if claimed == "IDLE":
+            return done
+        if isinstance(claimed, str):
             return done + drain(run_id=run_id, budget_seconds=max(0.1, stop - time.monotonic()))
         head, token = claimed
         plan = _plan_for(head)
@@ -601,6 +622,12 @@ def _drain_run(run_id: Any, stop: float) -> int:
 def recover_expired_leases() -> int:
     """Expired claims go back to PENDING (attempt stays spent); a marked one is OUTCOME_UNKNOWN."""
     return len(_recover_expired())
+
+
+def recover_expired_runs() -> list[Any]:
+    """``recover_expired_leases``, answering the runs whose commands went back to PENDING
+    (no wake-up names them: the caller runs them)."""
+    return [r["run_id"] for r in _recover_expired() if r["status"] == "PENDING"]
 
 
 def _recover_expired() -> list[dict[str, Any]]:

@@ -53,7 +53,7 @@ class Config:
     quiesce_timeout: float = 150.0
     faults: str = (
         "after_claim:exit:0.002,after_segment_commit:dberror:0.01,before_publish:exit:0.001,"
-        "outbox_delivery:dberror:0.05,before_settle:stop:#600"
+        "outbox_delivery:dberror:0.05,before_settle:stop:#400"
     )
     seed: int = 7
 
@@ -282,6 +282,11 @@ class Harness:
         if not candidates:
             return
         worker = candidates[len(self.freezes) % len(candidates)]
+        waited = time.monotonic() + 2.0  # as for kills: freeze it while it holds a claim, if it gets one
+        while time.monotonic() < waited and worker.alive() and not self._claims_of(worker.pid):
+            time.sleep(0.02)
+        if not worker.alive():
+            return
         self.fleet.freeze(worker)
         self.freezes.append(self._frozen(worker, cause="SIGSTOP"))
 

@@ -387,7 +387,11 @@ def test_every_adversarial_input_is_a_fast_4xx_that_leaks_nothing(
     write(report, "bad-input")
     assert not bad_status, f"answers that are not 4xx: {bad_status}"
     assert not leaks, leaks
-    assert p99 <= P99_BUDGET_MS, f"p99 {p99:.1f} ms over {len(everything)} answers: {report['cases']}"
+    # The 50 ms p99 is a figure of the full run (python -m tests.reliability.run --full, on an
+    # otherwise idle machine), reported in docs/reliability.md; the suite that CI runs on a
+    # shared 2-core machine records it but does not fail on timing (no timed unit tests).
+    if FULL:
+        assert p99 <= P99_BUDGET_MS, f"p99 {p99:.1f} ms over {len(everything)} answers: {report['cases']}"
 
 
 def test_a_signal_payload_the_contract_refuses_is_rejected_by_the_executor_without_its_values(

@@ -140,7 +140,7 @@ def start(
         "failure_code, failure_message, parent_run_id, parent_step, parent_branch, call_depth, compensation, "
         "next_seq, open_signals, history_seq, cancel_reason, created_at, updated_at, ended_at, actor_kind, actor_id, "
         "actor_reason, on_behalf_of, attribution_status) VALUES (%s,%s,%s,%s,%s,%s,'PENDING',NULL,0,NULL,NULL,'','',"
-        "'',%s,%s,'','',%s,%s,%s,%s,NULL,1,0,0,'',now(),now(),NULL,%s,%s,%s,%s,%s)",
+        "'',%s,%s,'','',%s,%s,%s,%s,NULL,2,0,0,'',now(),now(),NULL,%s,%s,%s,%s,%s)",
         [
             run_id,
             chosen.scope,
@@ -158,6 +158,7 @@ def start(
         ],
         prepared=True,
     )
+    # the row above already counts the START's position (next_seq 2): no second write of it
     run = {"id": run_id, "next_seq": 1, "open_signals": 0}
     cmd = commands.insert(
         run,
@@ -167,7 +168,6 @@ def start(
         dedup_key=idempotency_key or "",
         fp=fp,
         context=context,
-        persist_counters=True,
     )
     if idempotency_key:
         db.execute(

@@ -52,7 +52,7 @@ def parse_args() -> argparse.Namespace:
     )
     ap.add_argument("--quick", action="store_true", help="a smoke run: small N, small scale figures (~1 min)")
     ap.add_argument("--n", type=int, help="runs in the throughput phase (default 2000; quick 300)")
-    ap.add_argument("--latency-n", type=int, help="runs in the paced latency phase (default 200; quick 60)")
+    ap.add_argument("--latency-n", type=int, help="runs in the paced latency phase (default 200; quick 40)")
     ap.add_argument("--rate", type=float, default=20.0, help="paced completions per second (default 20)")
     ap.add_argument(
         "--pool",
@@ -63,9 +63,11 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--starters", type=int, default=4, help="threads calling operations.start (default 4)")
     ap.add_argument("--senders", type=int, default=4, help="threads in the completer process (default 4)")
     ap.add_argument(
-        "--soak-commands", type=int, help="commands run for the worker-memory figure (default 20000; quick 2000)"
+        "--soak-commands", type=int, help="commands run for the worker-memory figure (default 20000; quick 1000)"
     )
-    ap.add_argument("--history-entries", type=int, help="history entries of the viewer's run (default 10000)")
+    ap.add_argument(
+        "--history-entries", type=int, help="history entries of the viewer's run (default 10000; quick 1000)"
+    )
     ap.add_argument("--no-peer", action="store_true", help="skip the DBOS peer")
     ap.add_argument(
         "--peer-processes",
@@ -80,7 +82,7 @@ def parse_args() -> argparse.Namespace:
         default=25.0,
         help="wait before each phase until the machine is below this busy %% (default 25)",
     )
-    ap.add_argument("--idle-wait", type=float, default=60.0, help="at most this long, in seconds (default 60)")
+    ap.add_argument("--idle-wait", type=float, help="at most this long, in seconds (default 60; quick 10)")
     ap.add_argument("--timeout", type=float, default=300.0, help="per-phase timeout in seconds")
     ap.add_argument(
         "--profile",
@@ -98,9 +100,10 @@ def parse_args() -> argparse.Namespace:
     args = ap.parse_args()
     quick = args.quick
     args.n = args.n or (300 if quick else 2000)
-    args.latency_n = args.latency_n or (60 if quick else 200)
-    args.soak_commands = args.soak_commands if args.soak_commands is not None else (2000 if quick else 20000)
-    args.history_entries = args.history_entries or (2000 if quick else 10000)
+    args.latency_n = args.latency_n or (40 if quick else 200)
+    args.soak_commands = args.soak_commands if args.soak_commands is not None else (1000 if quick else 20000)
+    args.history_entries = args.history_entries or (1000 if quick else 10000)
+    args.idle_wait = args.idle_wait if args.idle_wait is not None else (10.0 if quick else 60.0)
     return args
 
 

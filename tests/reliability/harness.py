@@ -304,17 +304,29 @@ class Harness:
             freeze["frozen_s"] = round(time.monotonic() - freeze["monotonic"], 2)
             return
         waited = time.monotonic() - freeze["monotonic"]
-        ids = [i for i, _ in freeze["claims"]]
-        rows = db.fetchall("SELECT id, status, token FROM workflow_commands WHERE id = ANY(%s)", [ids]) if ids else []
-        held = dict(freeze["claims"])
-        taken = all(not (status == "CLAIMED" and str(token) == held[i]) for i, status, token in rows)
+        # each claim read at the freeze is, by now: still held; settled by the frozen worker's
+        # own commit (it was on the wire when SIGSTOP came: its segment row carries the token);
+        # or taken away (lease recovered, run again by someone else)
+        held, taken = [], []
+        for command_id, token in freeze["claims"]:
+            row = db.fetchone(
+                "SELECT c.status = 'CLAIMED' AND c.token = %s::uuid, EXISTS (SELECT 1 FROM workflow_segment_log s "
+                "WHERE s.command_id = c.id AND s.token = %s::uuid) FROM workflow_commands c WHERE c.id = %s",
+                [token, token, command_id],
+            )
+            still_held, own_commit = (bool(row[0]), bool(row[1])) if row else (False, False)
+            if still_held:
+                held.append(token)
+            elif not own_commit:
+                taken.append(token)
         cfg = self.config
         if (
-            (ids and taken and waited >= cfg.lease_seconds)
-            or (not ids and waited >= cfg.lease_seconds + cfg.sweep_seconds)
+            (not held and taken and waited >= cfg.lease_seconds)
+            or (not held and not taken and waited >= cfg.lease_seconds + cfg.sweep_seconds)
             or waited >= cfg.lease_seconds + 20
         ):
-            freeze["claims_taken_away"] = bool(ids) and taken
+            freeze["taken_tokens"] = [] if held else taken
+            freeze["claims_taken_away"] = bool(freeze["taken_tokens"])
             freeze["frozen_s"] = round(waited, 2)
             self.fleet.thaw(worker)  # SIGCONT resumes a self-stop the same way
             freeze["resumed"] = True
@@ -388,7 +400,7 @@ class Harness:
         gaps = [k.get("next_settlement_after_s") for k in self.kills if k.get("next_settlement_after_s") is not None]
         faults = _count_faults(self.faults_log)
         stale_resumes = [f for f in self.freezes if f.get("claims_taken_away")]
-        stale_tokens = [t for f in stale_resumes for _, t in f["claims"]]
+        stale_tokens = [t for f in stale_resumes for t in f.get("taken_tokens", [])]
         refused = _tokens_refused(stale_tokens)
         recovery = invariants.Check(
             f"recovery within lease + sweep + 5 s ({cfg.recovery_bound:.0f} s)",
@@ -443,7 +455,7 @@ class Harness:
 
 def _public(record: dict[str, Any], claims: str) -> dict[str, Any]:
     """A kill or freeze for the report: what happened and how many claims it held (not tokens)."""
-    kept = {k: v for k, v in record.items() if k not in (claims, "monotonic", "at_db")}
+    kept = {k: v for k, v in record.items() if k not in (claims, "monotonic", "at_db", "taken_tokens")}
     return {**kept, "claims_held": len(record[claims])}
 
 

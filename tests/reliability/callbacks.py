@@ -16,7 +16,6 @@ from typing import Any
 from django.db import connection, transaction
 
 from workflows.definitions import catalogs
-from workflows.engine import outbox
 
 TABLES = (
     "CREATE TABLE IF NOT EXISTS reliability_deliveries (id bigserial PRIMARY KEY, key text NOT NULL, "
@@ -24,11 +23,6 @@ TABLES = (
     "CREATE TABLE IF NOT EXISTS reliability_effects (key text PRIMARY KEY, pid integer NOT NULL, "
     "at timestamptz NOT NULL DEFAULT clock_timestamp())",
 )
-
-# The outbox lease (60 s in production) bounds how long a delivery cut off by a crash waits
-# before it is retried; the harness shortens it as it shortens the executor's lease.
-if os.environ.get("RELIABILITY_OUTBOX_LEASE_SECONDS"):
-    outbox.LEASE_SECONDS = int(os.environ["RELIABILITY_OUTBOX_LEASE_SECONDS"])
 
 
 def create_tables() -> None:

@@ -48,7 +48,6 @@ class Config:
     min_commands: int = 0  # ... and until this many commands were recorded
     lease_seconds: int = 8
     sweep_seconds: float = 2.0
-    outbox_lease_seconds: int = 10
     max_live: int = 10
     quiesce_timeout: float = 150.0
     faults: str = (
@@ -96,7 +95,6 @@ class Harness:
             "SWITCHYARD_CALLBACK_MODULES": "tests.reliability.callbacks",
             "WORKFLOWS_EXECUTOR_LEASE_SECONDS": str(config.lease_seconds),
             "SWEEP_INTERVAL_SECONDS": str(config.sweep_seconds),
-            "RELIABILITY_OUTBOX_LEASE_SECONDS": str(config.outbox_lease_seconds),
             "WORKFLOWS_LOG_LEVEL": "WARNING",
             "SWITCHYARD_SEGMENT_LOG": "1",
             "SWITCHYARD_FAULTS": config.faults,

@@ -56,7 +56,25 @@ def print_summary(folder: Path, *, since: float) -> None:
     for path in reports:
         report: dict[str, Any] = json.loads(path.read_text())
         print(f"\n== {path.name}: {'PASS' if report.get('ok') else 'FAIL'}")
-        for key in ("commands", "runs", "kills", "window_s", "wall_s", "faults_fired", "samples", "p99_ms"):
+        for key in (
+            "commands",
+            "runs",
+            "kills",
+            "window_s",
+            "wall_s",
+            "faults_fired",
+            "samples",
+            "p99_ms",
+            "max_ms",
+            "attempts",
+            "refused",
+            "refused_share",
+            "routes",
+            "html_pages",
+            "leaks",
+            "writes",
+            "accepted",
+        ):
             if key in report:
                 print(f"   {key}: {report[key]}")
         for name, check in report.get("checks", {}).items():

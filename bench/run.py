@@ -29,6 +29,7 @@ import atexit
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -238,6 +239,8 @@ def run_bench(args: argparse.Namespace, server_url: str, dbname: str, broker: st
         workers.stop()
         starter.close()
         probe.close()
+    if not args.keep_db:
+        shutil.rmtree(logdir, ignore_errors=True)  # kept when the phases failed, for their logs
     result["ours"] = ours
 
     if not args.no_scale:

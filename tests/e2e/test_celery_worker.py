@@ -25,6 +25,7 @@ def test_worker_runs_a_task_against_the_test_database(celery_worker_process: Cel
         what="the worker to create PO-E2E-1",
         details=celery_worker_process.logs,
     )
+    assert PurchaseOrder.objects.filter(number="PO-E2E-1").count() == 1
 
 
 def test_message_sent_while_the_worker_is_dead_runs_after_restart(

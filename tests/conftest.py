@@ -16,6 +16,7 @@ Debian Chromium through Playwright.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,70 @@ def celery_worker_process(
         yield processes
     finally:
         processes.stop()
+
+
+@pytest.fixture(autouse=True)
+def _worker_quiet_before_flush(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that used the worker, wait until the worker has finished what the test set
+    going before pytest-django truncates the tables: a worker transaction still writing while
+    TRUNCATE takes its locks one table at a time is a deadlock, and the flush is its victim.
+
+    Requesting pytest-django's helper first makes this teardown run before its flush.
+    """
+    if not _uses_worker(request.node):
+        yield
+        return
+    request.getfixturevalue("_django_db_helper")
+    yield
+    _await_worker_quiet(timeout=30.0)
+
+
+def _flush_retrying_deadlocks() -> None:
+    """A beat sweep can still start between the quiet reads and TRUNCATE; PostgreSQL then
+    picks one side of the deadlock. When that is the flush, run it again (the sweep's
+    transaction is over by then): the next test must start from empty tables."""
+    from django.core.management.base import CommandError
+    from django.test import testcases
+
+    original = testcases.TransactionTestCase._fixture_teardown
+
+    def teardown(self: Any) -> None:
+        for attempt in range(3):
+            try:
+                return original(self)
+            except CommandError as exc:
+                if attempt == 2 or "deadlock" not in str(exc.__cause__):
+                    raise
+
+    testcases.TransactionTestCase._fixture_teardown = teardown  # type: ignore[method-assign]
+
+
+_flush_retrying_deadlocks()
+
+
+def _await_worker_quiet(*, timeout: float) -> None:
+    """Nothing runnable, no capture being dispatched, and no other connection to the test
+    database inside a transaction, seen on two reads in a row. Gives up quietly at ``timeout``:
+    the flush then reports what still held the tables."""
+    from django.db import connection
+
+    from workflows.engine import probe
+
+    deadline = time.monotonic() + timeout
+    quiet_reads = 0
+    while quiet_reads < 2 and time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND state IN ('active', 'idle in transaction')"
+            )
+            busy = cursor.fetchone()[0]
+            cursor.execute("SELECT count(*) FROM capture_captures WHERE status = 'DISPATCHING' "
+                "OR (status = 'PENDING' AND available_at <= now())")
+            capturing = cursor.fetchone()[0]
+        quiet = busy == 0 and capturing == 0 and probe.runnable_count() == 0
+        quiet_reads = quiet_reads + 1 if quiet else 0
+        time.sleep(0.05)
 
 
 @pytest.fixture

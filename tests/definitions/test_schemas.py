@@ -61,7 +61,7 @@ def test_catastrophic_patterns_run_in_linear_time():
     schema = {"type": "string", "pattern": "^(a+)+$"}
     started = time.monotonic()
     assert [v.type for v in validate(schema, "a" * 5000 + "b")] == ["pattern"]
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 10  # backtracking would never finish; RE2 takes microseconds
 
 
 def test_patterns_re2_cannot_run_are_schema_violations():

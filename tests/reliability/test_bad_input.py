@@ -33,6 +33,15 @@ FULL = os.environ.get("RELIABILITY_MODE") == "full"
 SENTINEL = "LEAK-SENTINEL-9c2e"
 LIMIT = 262_144
 P99_BUDGET_MS = 50.0
+# The wall-clock bounds below catch unbounded work (catastrophic backtracking, an evaluation
+# without a cost limit: seconds to minutes), not speed. On a shared CI machine a bounded answer
+# can still take a few hundred ms, so outside the full mode (a quiet machine, the figures of
+# docs/reliability.md) each bound is widened by BOUND_SLACK; the full mode keeps them exact.
+BOUND_SLACK = 1 if FULL else 20
+
+
+def within(budget_ms: float) -> float:
+    return budget_ms * BOUND_SLACK
 
 DOCUMENT = """
 definitionId: rel-input
@@ -199,7 +208,7 @@ def test_a_value_nested_20000_deep_is_refused_by_every_operation_without_recursi
         with pytest.raises(InvalidPayload) as refused:
             call()
         assert refused.value.violations[0].type == "depth"
-        assert (time.perf_counter() - began) * 1000 < P99_BUDGET_MS
+        assert (time.perf_counter() - began) * 1000 < within(P99_BUDGET_MS)
         assert SENTINEL not in str(refused.value) and SENTINEL not in repr(refused.value.violations)
 
 
@@ -232,7 +241,7 @@ def test_a_schema_or_expression_attack_is_refused_when_the_document_is_saved(api
     elapsed = (time.perf_counter() - began) * 1000
     assert 400 <= response.status_code < 500, (response.status_code, response.content[:400])
     assert response["Content-Type"].startswith("application/problem+json")
-    assert elapsed < 500, f"{attack}: refused after {elapsed:.0f} ms"
+    assert elapsed < within(500), f"{attack}: refused after {elapsed:.0f} ms"
 
 
 def test_a_cyclic_schema_already_stored_never_fails_a_recording_with_a_server_error() -> None:
@@ -268,7 +277,7 @@ def test_catastrophic_patterns_and_huge_enums_are_bounded_when_they_run(
         response = api.post(path, body, format="json")
         elapsed = (time.perf_counter() - began) * 1000
         assert response.status_code == 400, (path, response.content[:300])
-        assert elapsed < P99_BUDGET_MS * 2, f"{path}: {elapsed:.0f} ms"
+        assert elapsed < within(P99_BUDGET_MS * 2), f"{path}: {elapsed:.0f} ms"
 
 
 def test_cel_evaluation_is_bounded_at_run(deploy: Callable[..., Any]) -> None:
@@ -276,7 +285,7 @@ def test_cel_evaluation_is_bounded_at_run(deploy: Callable[..., Any]) -> None:
     run_id = operations.start(definition_id="rel-cel", payload={"xs": list(range(1000)), "secret": SENTINEL}).run_id
     began = time.perf_counter()
     executor.drain(run_id=run_id)
-    assert time.perf_counter() - began < 5
+    assert time.perf_counter() - began < (5 if FULL else 20)  # unbounded would take minutes
     run = Run.objects.get(pk=run_id)
     start = Command.objects.get(run_id=run_id, kind="START")
     assert run.status == "FAILED" and start.status == "FAILED"
@@ -408,7 +417,7 @@ def test_a_signal_payload_the_contract_refuses_is_rejected_by_the_executor_witho
         assert response.status_code == 202, response.content[:200]
         began = time.perf_counter()
         executor.drain(run_id=waiting)
-        assert (time.perf_counter() - began) * 1000 < 1000
+        assert (time.perf_counter() - began) * 1000 < within(1000)
     signals = Command.objects.filter(run_id=waiting, kind="SIGNAL")
     assert list(signals.values_list("status", flat=True)) == ["REJECTED"] * 3
     texts = list(signals.values_list("last_error", flat=True))

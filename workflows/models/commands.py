@@ -50,7 +50,12 @@ class Command(ActorColumns):
     """
 
     id = models.BigAutoField(primary_key=True)
-    run = models.ForeignKey("workflows.Run", on_delete=models.CASCADE, related_name="commands")
+    run = models.ForeignKey(
+        "workflows.Run",
+        on_delete=models.CASCADE,
+        related_name="commands",
+        db_index=False,  # (run, seq) is unique: that index serves every look-up by run
+    )
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=CommandKind.choices)
     timer_kind = models.CharField(max_length=8, choices=TimerKind.choices, blank=True, default="")
@@ -162,7 +167,9 @@ class Timer(models.Model):
         STALE = "STALE"
 
     id = models.BigAutoField(primary_key=True)
-    run = models.ForeignKey("workflows.Run", on_delete=models.CASCADE, related_name="timers")
+    run = models.ForeignKey(
+        "workflows.Run", on_delete=models.CASCADE, related_name="timers", db_index=False  # (run, status) serves it
+    )
     command_id = models.BigIntegerField(null=True, blank=True)
     kind = models.CharField(max_length=8, choices=TimerKind.choices)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.SCHEDULED)

@@ -9,7 +9,12 @@ class HistoryEntry(ActorColumns):
     """Append-only history and decision log of a run (contiguous ``seq`` per run)."""
 
     id = models.BigAutoField(primary_key=True)
-    run = models.ForeignKey("workflows.Run", on_delete=models.CASCADE, related_name="history")
+    run = models.ForeignKey(
+        "workflows.Run",
+        on_delete=models.CASCADE,
+        related_name="history",
+        db_index=False,  # (run, seq) is unique: that index serves every look-up by run
+    )
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=40)
     at = models.DateTimeField()

@@ -69,7 +69,9 @@ class MigrationItem(models.Model):
     """One run of a migration record: where it was, what was asked, what became of it."""
 
     id = models.BigAutoField(primary_key=True)
-    record = models.ForeignKey(MigrationRecord, on_delete=models.CASCADE, related_name="items")
+    record = models.ForeignKey(
+        MigrationRecord, on_delete=models.CASCADE, related_name="items", db_index=False  # (record, run) is unique
+    )
     run = models.ForeignKey("workflows.Run", on_delete=models.CASCADE, related_name="+")
     row = models.PositiveSmallIntegerField()
     source_node = models.CharField(max_length=255)

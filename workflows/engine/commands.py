@@ -94,46 +94,60 @@ def insert_timer(
     task_id: UUID | str | None = None,
     target: dict[str, Any] | None = None,
     interval_seconds: float | None = None,
+    due_task: UUID | str | None = None,
 ) -> dict[str, Any]:
-    """A timer row and the TIMER command that fires it, inserted together (logged as SYSTEM)."""
+    """A timer row and the TIMER command that fires it, inserted together in one statement
+    (logged as SYSTEM); ``due_task`` also sets that task's due date to the fire time."""
     seq = next_seq(run)
-    timer = db.fetchone(
-        "INSERT INTO workflow_timers (run_id, command_id, kind, status, step, branch_id, task_id, fire_at, "
-        "interval_seconds, context, created_at) VALUES (%s, NULL, %s, 'SCHEDULED', %s, %s, %s, "
-        "greatest(clock_timestamp() + make_interval(secs => %s), coalesce(%s, '-infinity'::timestamptz)), %s, NULL, "
-        "now()) RETURNING id, fire_at",
-        [run["id"], timer_kind, step, branch_id, task_id, delay_seconds, at, interval_seconds],
-    )
-    assert timer is not None
-    timer_id, fire_at = timer
     full_target = dict(target or {})
-    full_target.update({"step": step, "timer": timer_id})
+    full_target["step"] = step
     if branch_id:
         full_target["branch"] = branch_id
-    sql = INSERT.format(order="%s", fire="%s")
     row = db.fetchone(
-        sql,
+        INSERT_TIMER,
         [
             run["id"],
-            seq,
-            "TIMER",
             timer_kind,
-            None,
+            step,
+            branch_id,
+            task_id,
+            delay_seconds,
+            at,
+            interval_seconds,
+            run["id"],
+            seq,
+            timer_kind,
             db.jsonb(full_target),
             task_id,
-            timer_id,
-            "",
-            "",
-            fire_at,
-            fire_at,
-            fire_at,
-            None,
             *TIMER.columns(),
+            due_task,
         ],
+        prepared=True,
     )
     assert row is not None
-    db.execute("UPDATE workflow_timers SET command_id = %s WHERE id = %s", [row[0], timer_id])
-    return {"id": row[0], "timer_id": timer_id, "fire_at": fire_at, "seq": seq}
+    return {"id": row[0], "timer_id": row[1], "fire_at": row[2], "seq": seq}
+
+
+# -- name: insert_timer
+# The ids of both rows are drawn first, so the timer names its command and the command its
+# timer without a second write; the fire time is the database clock's.
+INSERT_TIMER = (
+    "WITH ids AS (SELECT nextval(pg_get_serial_sequence('workflow_timers', 'id')) AS timer_id, "
+    "nextval(pg_get_serial_sequence('workflow_commands', 'id')) AS command_id), "
+    "t AS (INSERT INTO workflow_timers (id, run_id, command_id, kind, status, step, branch_id, task_id, fire_at, "
+    "interval_seconds, context, created_at) SELECT ids.timer_id, %s, ids.command_id, %s, 'SCHEDULED', %s, %s, %s, "
+    "greatest(clock_timestamp() + make_interval(secs => %s), coalesce(%s, '-infinity'::timestamptz)), %s, NULL, "
+    "now() FROM ids RETURNING id, fire_at), "
+    "c AS (INSERT INTO workflow_commands (id, run_id, seq, kind, timer_kind, status, payload, target, task_id, "
+    "timer_id, dedup_key, fingerprint, attempts, transient_count, deferral_count, recorded_at, order_at, "
+    "available_at, fire_at, claimed_by, last_error, context, was_parked, reconciled_by, reconcile_reason, "
+    "reconcile_action, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status) "
+    "SELECT ids.command_id, %s, %s, 'TIMER', %s, 'PENDING', NULL, %s::jsonb || jsonb_build_object('timer', t.id), "
+    "%s, t.id, '', '', 0, 0, 0, clock_timestamp(), t.fire_at, t.fire_at, t.fire_at, '', '', NULL, false, '', '', "
+    "'', %s, %s, %s, %s, %s FROM ids, t RETURNING id), "
+    "d AS (UPDATE workflow_tasks SET due_at = t.fire_at FROM t WHERE workflow_tasks.id = %s) "
+    "SELECT c.id, t.id, t.fire_at FROM c, t"
+)
 
 
 def rearm_timer(run: dict[str, Any], timer: dict[str, Any]) -> dict[str, Any]:

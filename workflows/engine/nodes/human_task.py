@@ -53,7 +53,6 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
     ]
     task_id = uuid.uuid4()
     wait = waits.enter(drive, step=step.id, kind="task", park_kind="TASK", outcome="wait-task", task=str(task_id))
-    due_at = None
     if step.due is not None:
         seconds, at = delay_of(drive, step.due.delay, step.id)
         # the task row is inserted first so timers can reference it
@@ -80,11 +79,9 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         prepared=True,
     )
     if step.due is not None:
-        timer = waits.add_timer(
-            drive, wait, timer_kind="DUE", step=step.id, delay_seconds=seconds, at=at, task_id=task_id
+        waits.add_timer(
+            drive, wait, timer_kind="DUE", step=step.id, delay_seconds=seconds, at=at, task_id=task_id, due_task=task_id
         )
-        due_at = timer["fire_at"]
-        db.execute("UPDATE workflow_tasks SET due_at = %s WHERE id = %s", [due_at, task_id])
     if step.reminder_every_seconds:
         waits.add_timer(
             drive,

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> None:
     from django.db import connection
 
     from workflows import operations, tasks
-    from workflows.engine import wakeups
+    from workflows.engine import outbox, wakeups
 
     call_command("migrate", verbosity=0)
     hotpath.deploy()
@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> None:
             operations.complete_task(task_id=task_id, decision="approve")
         return messages + pump()
 
+    outbox.enable_carried_marks()  # as a Celery worker does (tasks._carry_delivered_marks)
     one_batch(10, "warm")  # plans, prepared statements, connections
     with connection.cursor() as cur:
         cur.execute("SELECT pg_backend_pid()")
@@ -129,6 +130,7 @@ def run(args: argparse.Namespace) -> None:
     if profile:
         profile.enable()
     messages = one_batch(args.n, "run")
+    outbox.flush_marks()  # what the last wake-up still carried
     if profile:
         profile.disable()
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
@@ -139,6 +141,13 @@ def run(args: argparse.Namespace) -> None:
     n = args.n
     if profile:
         pstats.Stats(profile).sort_stats(args.profile).print_stats(40)
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM workflow_outbox WHERE status <> 'DELIVERED'")
+        undelivered = cur.fetchone()[0]
+        cur.execute("SELECT count(*) FROM workflow_runs WHERE status <> 'COMPLETED'")
+        unfinished = cur.fetchone()[0]
+    if undelivered or unfinished:
+        print(f"WARNING: {undelivered} intent(s) not marked delivered, {unfinished} run(s) not completed")
     print(f"runs {n}: {n / wall:.0f} runs/s in one process")
     print(
         f"per run: {messages / n:.2f} messages, {sum(counts.values()) / n:.1f} statements, {xacts / n:.2f} transactions"

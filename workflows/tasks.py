@@ -16,6 +16,7 @@ import time
 from datetime import datetime
 
 from celery import shared_task
+from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
@@ -135,6 +136,22 @@ def _publish_runs(items: list[tuple[str, datetime | None]]) -> None:
 def _publish_intents(ids: list[int]) -> None:
     for intent_id in ids:
         deliver.delay(intent_id)
+
+
+@worker_init.connect
+def _carry_delivered_marks(**_: object) -> None:
+    """A worker's wake-ups carry the delivered marks of the intents it delivered on their next
+    claim (``outbox.enable_carried_marks``); pool processes forked later inherit the switch."""
+    outbox.enable_carried_marks()
+
+
+@worker_shutdown.connect
+@worker_process_shutdown.connect
+def _write_carried_marks(**_: object) -> None:
+    try:
+        outbox.flush_marks()
+    except Exception:  # noqa: BLE001 - the intents' leases lapse and they are delivered again
+        log.warning("delivered marks not written at shutdown", exc_info=True)
 
 
 def install() -> None:

@@ -19,7 +19,7 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 
 from workflows import conf
 from workflows.definitions.plan import Plan
-from workflows.engine import db, effects, faults, locks, observers, outcomes, segment
+from workflows.engine import db, effects, faults, locks, observers, outbox, outcomes, segment
 from workflows.engine.drive import DeadlineExceeded, DeterministicFailure, StepLimitExceeded
 from workflows.exceptions import DefinitionError, VersionNotRunnable, WorkflowError
 
@@ -146,8 +146,13 @@ CLAIM_FAST = (
 )
 # A wake-up names a run: try-lock it, pick its head and claim it in one statement, which also
 # answers the run's pin (for the plan).
+# It also writes the delivered marks this process carries (``outbox.take_marks``): a
+# data-modifying CTE runs whether or not the query reads it, and fails with the statement.
 CLAIM_RUN_HEAD = (
-    "WITH s AS (SELECT status FROM workflow_runs WHERE id = %(run)s), "
+    "WITH m AS (UPDATE workflow_outbox o SET status = 'DELIVERED', delivered_at = now(), token = NULL, "
+    "lease_until = NULL FROM unnest(%(mark_ids)s::bigint[], %(mark_tokens)s::uuid[]) AS x(id, token) "
+    "WHERE o.id = x.id AND o.token = x.token), "
+    "s AS (SELECT status FROM workflow_runs WHERE id = %(run)s), "
     "r AS (SELECT id, scope, definition_id, version, plan_hash, status, {async_commit} FROM workflow_runs "
     "WHERE id = %(run)s AND status IN ('PENDING','RUNNING','WAITING','COMPENSATING') FOR NO KEY UPDATE NOWAIT), "
     "h AS (SELECT c.id, c.attempts FROM workflow_commands c JOIN r ON r.id = c.run_id "
@@ -562,10 +567,15 @@ def claim_run_head(run_id: Any) -> tuple[Head, Any] | str:
         "by": executor_id(),
         "lease": settings.LEASE_SECONDS,
     }
+    # carried marks ride only on a claim that is its own transaction
+    marks = [] if connection.in_atomic_block else outbox.take_marks()
+    params["mark_ids"] = [i for i, _ in marks]
+    params["mark_tokens"] = [t for _, t in marks]
     try:
         row = _claim_statement(CLAIM_RUN_HEAD, params)
-    except DatabaseError as exc:
-        if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
+    except BaseException as exc:
+        outbox.restore_marks(marks)
+        if isinstance(exc, DatabaseError) and db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
             return "IDLE"  # the holder is a segment of this run (it looks again) or a recording (it wakes)
         raise
     if row is None:

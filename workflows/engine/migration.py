@@ -231,6 +231,7 @@ def _move(drive: Drive, cmd: dict[str, Any], target: dict[str, Any], target_scop
             "park": wait.get("park"),
             "command": cmd["id"],
         },  # type: ignore[arg-type]  # named parameters
+        prepared=True,
     )
     assert row is not None  # the statement always answers one row
     if row[0] is False:
@@ -408,6 +409,7 @@ def _settle_item(migration_id: Any, run_id: Any, status: str, detail: str, comma
         "UPDATE workflow_migration_items SET status = %s, detail = %s, command_id = %s, updated_at = now() "
         "WHERE record_id = %s AND run_id = %s",
         [status, detail, command_id, migration_id, run_id],
+        prepared=True,
     )
 
 

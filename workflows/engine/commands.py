@@ -98,34 +98,65 @@ def insert_timer(
 ) -> dict[str, Any]:
     """A timer row and the TIMER command that fires it, inserted together in one statement
     (logged as SYSTEM); ``due_task`` also sets that task's due date to the fire time."""
+    sql, params, seq = timer_statement(
+        run,
+        timer_kind=timer_kind,
+        step=step,
+        delay_seconds=delay_seconds,
+        at=at,
+        branch_id=branch_id,
+        task_id=task_id,
+        target=target,
+        interval_seconds=interval_seconds,
+        due_task=due_task,
+    )
+    return timer_row(db.fetchone(sql, params, prepared=True), seq)
+
+
+def timer_row(row: tuple[Any, ...] | None, seq: int) -> dict[str, Any]:
+    """What ``insert_timer`` answers, from the row its statement returned."""
+    assert row is not None
+    return {"id": row[0], "timer_id": row[1], "fire_at": row[2], "seq": seq}
+
+
+def timer_statement(
+    run: dict[str, Any],
+    *,
+    timer_kind: str,
+    step: str,
+    delay_seconds: float = 0.0,
+    at: datetime | None = None,
+    branch_id: str = "",
+    task_id: UUID | str | None = None,
+    target: dict[str, Any] | None = None,
+    interval_seconds: float | None = None,
+    due_task: UUID | str | None = None,
+) -> tuple[str, list[Any], int]:
+    """The statement of ``insert_timer`` and the queue position it takes (counted on ``run``
+    now), for a caller that batches it with other statements."""
     seq = next_seq(run)
     full_target = dict(target or {})
     full_target["step"] = step
     if branch_id:
         full_target["branch"] = branch_id
-    row = db.fetchone(
-        INSERT_TIMER,
-        [
-            run["id"],
-            timer_kind,
-            step,
-            branch_id,
-            task_id,
-            delay_seconds,
-            at,
-            interval_seconds,
-            run["id"],
-            seq,
-            timer_kind,
-            db.jsonb(full_target),
-            task_id,
-            *TIMER.columns(),
-            due_task,
-        ],
-        prepared=True,
-    )
-    assert row is not None
-    return {"id": row[0], "timer_id": row[1], "fire_at": row[2], "seq": seq}
+    params = [
+        run["id"],
+        timer_kind,
+        step,
+        branch_id,
+        task_id,
+        delay_seconds,
+        at,
+        interval_seconds,
+        run["id"],
+        seq,
+        timer_kind,
+        db.jsonb(full_target),
+        task_id,
+        *TIMER.columns(),
+        due_task,
+    ]
+    return INSERT_TIMER, params, seq
 
 
 # -- name: insert_timer

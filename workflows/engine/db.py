@@ -212,3 +212,26 @@ def execute_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
             for cur in rest:
                 cur.close()
         return int(first.rowcount)
+
+
+def fetch_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[Any, ...] | None]:
+    """Several statements in one round trip (pipeline mode, bound on the server and prepared
+    once they repeat); answers each statement's first row, or None when it returned none. They
+    run in order; a failing statement skips the rest and raises."""
+    if not statements:
+        return []
+    with _cursor(True) as first:
+        raw = first.connection
+        cursors = [first] + [psycopg.Cursor(raw) for _ in statements[1:]]
+        try:
+            with raw.pipeline():
+                for cur, (sql, params) in zip(cursors, statements, strict=True):
+                    cur.execute(sql, params)
+            rows: list[tuple[Any, ...] | None] = []
+            for cur, (sql, _) in zip(cursors, statements, strict=True):
+                row = cur.fetchone() if cur.description is not None else None
+                rows.append(decode_row(row, shape(cur, sql)[1]) if row is not None else None)
+            return rows
+        finally:
+            for cur in cursors[1:]:
+                cur.close()

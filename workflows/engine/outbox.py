@@ -169,10 +169,17 @@ def compensate(drive: Drive, *, forward_step: str, compensation_step: str) -> in
 
 
 def notify_task(
-    drive: Drive, *, task_id: UUID, reason: str, seq: int = 0, assignment: tuple[str, str] | None = None
+    drive: Drive,
+    *,
+    task_id: UUID,
+    reason: str,
+    seq: int = 0,
+    assignment: tuple[str, str] | None = None,
+    recipients: bool | None = None,
 ) -> int:
     """A task notice (an email to the assignees with an address). When no assignee has one,
-    the notice is recorded as delivered at once: its delivery would send nothing."""
+    the notice is recorded as delivered at once: its delivery would send nothing.
+    ``recipients``: whether the caller's ``recipients_statement`` found anyone."""
     key = f"notify:{task_id}:{reason}:{seq}"
     if assignment is None:
         row = db.fetchone("SELECT assignment_mode, assignment_value FROM workflow_tasks WHERE id = %s", [task_id])
@@ -185,7 +192,7 @@ def notify_task(
         payload={"reason": reason},
         key=key,
         headers={},
-        nothing_to_do=not _has_recipients(*assignment),
+        nothing_to_do=not (_has_recipients(*assignment) if recipients is None else recipients),
     )
 
 
@@ -204,9 +211,14 @@ _PLACEHOLDER = "\x00assignee\x00"
 
 
 def _has_recipients(mode: str, value: str) -> bool:
-    """Whether ``_recipients`` finds anyone: the ORM's SQL for each mode is compiled once per
-    process (with a placeholder value) and then run as a prepared statement, since this runs
-    in the segment of every task that opens."""
+    """Whether ``_recipients`` finds anyone (a row answered by ``recipients_statement``)."""
+    return db.fetchone(*recipients_statement(mode, value), prepared=True) is not None
+
+
+def recipients_statement(mode: str, value: str) -> tuple[str, list[Any]]:
+    """The look-up behind ``_has_recipients``: the ORM's SQL for each mode is compiled once
+    per process (with a placeholder value) and then run as a prepared statement, since this
+    runs in the segment of every task that opens."""
     mode = "user" if mode == "user" else "group"
     compiled = _RECIPIENT_SQL.get(mode)
     if compiled is None:
@@ -216,7 +228,7 @@ def _has_recipients(mode: str, value: str) -> bool:
     sql, params, index = compiled
     bound = list(params)
     bound[index] = value
-    return db.fetchone(sql, bound, prepared=True) is not None
+    return sql, bound
 
 
 def resume_parent(drive: Drive, *, status: str) -> int:

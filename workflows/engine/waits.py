@@ -8,14 +8,20 @@ from workflows.engine import commands, db, wakeups
 from workflows.engine.drive import Drive
 
 
-def open_park(drive: Drive, *, node: str, kind: str, branch_id: str = "") -> int:
+OPEN_PARK = (
+    "INSERT INTO workflow_parks (run_id, scope, definition_id, version, node, kind, branch_id, since, left_how, "
+    "moved_to_scope, moved_to_node, moved_by) VALUES (%s,%s,%s,%s,%s,%s,%s,now(),'','','','') RETURNING id"
+)
+
+
+def park_statement(drive: Drive, *, node: str, kind: str, branch_id: str = "") -> tuple[str, list[Any]]:
+    """The insert of a park row (answers its id), for a caller that batches it with others."""
     run = drive.run
-    row = db.fetchone(
-        "INSERT INTO workflow_parks (run_id, scope, definition_id, version, node, kind, branch_id, since, left_how, "
-        "moved_to_scope, moved_to_node, moved_by) VALUES (%s,%s,%s,%s,%s,%s,%s,now(),'','','','') RETURNING id",
-        [run["id"], run["scope"], run["definition_id"], run["version"], node, kind, branch_id],
-        prepared=True,
-    )
+    return OPEN_PARK, [run["id"], run["scope"], run["definition_id"], run["version"], node, kind, branch_id]
+
+
+def open_park(drive: Drive, *, node: str, kind: str, branch_id: str = "") -> int:
+    row = db.fetchone(*park_statement(drive, node=node, kind=kind, branch_id=branch_id), prepared=True)
     assert row is not None
     return int(row[0])
 
@@ -39,9 +45,15 @@ def close_park(park_id: int | None, how: str, **moved: Any) -> None:
     )
 
 
-def enter(drive: Drive, *, step: str, kind: str, park_kind: str, outcome: str, **details: Any) -> dict[str, Any]:
+def enter(
+    drive: Drive, *, step: str, kind: str, park_kind: str, outcome: str, park_id: int | None = None, **details: Any
+) -> dict[str, Any]:
+    """Enter a wait: its park (``park_id`` when the caller inserted it already), the run's
+    ``wait`` and the decision that logs it."""
     wait: dict[str, Any] = {"kind": kind, "step": step, **details}
-    wait["park"] = open_park(drive, node=step, kind=park_kind, branch_id=drive.branch_id)
+    wait["park"] = (
+        park_id if park_id is not None else open_park(drive, node=step, kind=park_kind, branch_id=drive.branch_id)
+    )
     drive.run["status"] = "WAITING"
     drive.run["current_step"] = step
     drive.run["wait"] = wait
@@ -51,7 +63,11 @@ def enter(drive: Drive, *, step: str, kind: str, park_kind: str, outcome: str, *
 
 def add_timer(drive: Drive, wait: dict[str, Any], **spec: Any) -> dict[str, Any]:
     spec.setdefault("branch_id", drive.branch_id)
-    timer = commands.insert_timer(drive.run, **spec)
+    return timer_added(drive, wait, commands.insert_timer(drive.run, **spec))
+
+
+def timer_added(drive: Drive, wait: dict[str, Any], timer: dict[str, Any]) -> dict[str, Any]:
+    """A timer inserted for this wait: listed on it, and a wake-up asked for its fire time."""
     wait.setdefault("timers", []).append(timer["timer_id"])
     wakeups.wake(drive.run["id"], timer["fire_at"])
     return timer

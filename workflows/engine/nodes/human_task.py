@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 from workflows.definitions.plan import Assignment, HumanTaskStep
-from workflows.engine import db, outbox, waits
+from workflows.engine import commands, db, outbox, waits
 from workflows.engine.drive import DeterministicFailure, Drive
 from workflows.engine.evaluate import evaluate, render
 from workflows.engine.nodes.base import WAIT, Outcome
@@ -52,46 +52,65 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         for d in step.decisions
     ]
     task_id = uuid.uuid4()
-    wait = waits.enter(drive, step=step.id, kind="task", park_kind="TASK", outcome="wait-task", task=str(task_id))
-    if step.due is not None:
-        seconds, at = delay_of(drive, step.due.delay, step.id)
-        # the task row is inserted first so timers can reference it
-    db.execute(
-        "INSERT INTO workflow_tasks (id, run_id, branch_id, step, title, description, task_type, assignment_mode, "
-        "assignment_value, status, decisions, require_version_stability, subject_version, due_at, "
-        "reminder_every_seconds, reminder_count, reservation_owner, decision, completed_by, created_at, updated_at) "
-        "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,'OPEN',%s,%s,%s,NULL,%s,0,NULL,'','',now(),now())",
-        [
-            task_id,
-            run["id"],
-            drive.branch_id,
-            step.id,
-            title,
-            description,
-            step.task_type,
-            mode,
-            value,
-            db.jsonb(snapshot),
-            step.require_version_stability,
-            run["subject_version"] or "",
-            step.reminder_every_seconds,
-        ],
-        prepared=True,
-    )
-    if step.due is not None:
-        waits.add_timer(
-            drive, wait, timer_kind="DUE", step=step.id, delay_seconds=seconds, at=at, task_id=task_id, due_task=task_id
+    due = delay_of(drive, step.due.delay, step.id) if step.due is not None else None  # may fail: before any write
+    # one round trip: the park, the task (before its timers, which reference it), its due date
+    # and reminder timers, and whether any assignee can be notified
+    statements = [
+        waits.park_statement(drive, node=step.id, kind="TASK", branch_id=drive.branch_id),
+        (
+            INSERT_TASK,
+            [
+                task_id,
+                run["id"],
+                drive.branch_id,
+                step.id,
+                title,
+                description,
+                step.task_type,
+                mode,
+                value,
+                db.jsonb(snapshot),
+                step.require_version_stability,
+                run["subject_version"] or "",
+                step.reminder_every_seconds,
+            ],
+        ),
+    ]
+    timers: list[int] = []  # the queue position each timer statement took
+    if due is not None:
+        sql, params, seq = commands.timer_statement(
+            run,
+            timer_kind="DUE",
+            step=step.id,
+            delay_seconds=due[0],
+            at=due[1],
+            branch_id=drive.branch_id,
+            task_id=task_id,
+            due_task=task_id,
         )
+        statements.append((sql, params))
+        timers.append(seq)
     if step.reminder_every_seconds:
-        waits.add_timer(
-            drive,
-            wait,
+        sql, params, seq = commands.timer_statement(
+            run,
             timer_kind="REMINDER",
             step=step.id,
             delay_seconds=step.reminder_every_seconds,
+            branch_id=drive.branch_id,
             task_id=task_id,
             interval_seconds=step.reminder_every_seconds,
         )
+        statements.append((sql, params))
+        timers.append(seq)
+    statements.append(outbox.recipients_statement(mode, value))
+    rows = db.fetch_batch(statements)
+    park = rows[0]
+    assert park is not None
+    wait = waits.enter(
+        drive, step=step.id, kind="task", park_kind="TASK", outcome="wait-task", park_id=int(park[0]), task=str(task_id)
+    )
+    for row, seq in zip(rows[2 : 2 + len(timers)], timers, strict=True):
+        waits.timer_added(drive, wait, commands.timer_row(row, seq))
     drive.history.add(
         "TASK_CREATED",
         step=step.id,
@@ -100,5 +119,15 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         actor=drive.actor,
         payload={"task": str(task_id), "assignment": {"mode": mode, "value": value}},
     )
-    outbox.notify_task(drive, task_id=task_id, reason="opened", assignment=(mode, value))
+    outbox.notify_task(
+        drive, task_id=task_id, reason="opened", assignment=(mode, value), recipients=rows[-1] is not None
+    )
     return WAIT
+
+
+INSERT_TASK = (
+    "INSERT INTO workflow_tasks (id, run_id, branch_id, step, title, description, task_type, assignment_mode, "
+    "assignment_value, status, decisions, require_version_stability, subject_version, due_at, "
+    "reminder_every_seconds, reminder_count, reservation_owner, decision, completed_by, created_at, updated_at) "
+    "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,'OPEN',%s,%s,%s,NULL,%s,0,NULL,'','',now(),now())"
+)

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from celery import shared_task
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 
 from capture import dispatch as dispatching
 
@@ -25,8 +25,9 @@ def sweep() -> int:
     from capture import recording
 
     close_old_connections()
-    again = [cid for cid, status in dispatching.recover_expired() if status == "PENDING"]
-    again += dispatching.stale_pending()
+    with transaction.atomic():  # one transaction for both reads, not one each (every 2 s)
+        again = [cid for cid, status in dispatching.recover_expired() if status == "PENDING"]
+        again += dispatching.stale_pending()
     for capture_id in again:
         recording.send(capture_id)
     return len(again)

@@ -17,7 +17,7 @@ from datetime import datetime
 
 from celery import shared_task
 from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from workflows import conf
@@ -72,8 +72,10 @@ def sweep() -> int:
     close_old_connections()
     if not conf.get().EXECUTOR.ENABLED:
         return 0
-    recovered = executor.recover_expired_runs()
-    for intent_id in outbox.due_intents():
+    with transaction.atomic():  # one transaction for both, not one each (every 2 s)
+        recovered = executor.recover_expired_runs()
+        due = outbox.due_intents()
+    for intent_id in due:
         deliver.delay(intent_id)
     budget = conf.get().EXECUTOR.DRAIN_SECONDS
     done = sum(executor.drain(run_id=run_id, budget_seconds=budget) for run_id in recovered)

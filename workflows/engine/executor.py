@@ -637,6 +637,8 @@ def recover_expired_leases() -> int:
 def recover_expired_runs() -> list[Any]:
     """``recover_expired_leases``, answering the runs whose commands went back to PENDING
     (no wake-up names them: the caller runs them)."""
+    global _last_recovery
+    _last_recovery = time.monotonic()  # the drain that follows need not look again
     return [r["run_id"] for r in _recover_expired() if r["status"] == "PENDING"]
 
 

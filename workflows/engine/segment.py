@@ -388,13 +388,12 @@ def apply_decision(drive: Drive, task: dict[str, Any], target: dict[str, Any]) -
         drive.run["subject_version"] or ""
     ):
         raise DeterministicFailure("DETERMINISTIC_FAILURE: the reviewed subject version is stale")
-    waits.leave(drive, "decision")
-    db.execute(
+    completed = (
         "UPDATE workflow_tasks SET status = 'COMPLETED', decision = %s, completed_by = %s, closed_at = now(), "
         "updated_at = now() WHERE id = %s",
         [name, (target.get("completed_by") or drive.actor.id or "")[:255], task["id"]],
-        prepared=True,
     )
+    waits.leave(drive, "decision", along=[completed])  # one round trip for the park and the task
     drive.history.add(
         "TASK_COMPLETED",
         step=step.id,

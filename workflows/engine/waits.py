@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from workflows.engine import commands, db, wakeups
@@ -26,23 +27,30 @@ def open_park(drive: Drive, *, node: str, kind: str, branch_id: str = "") -> int
     return int(row[0])
 
 
-def close_park(park_id: int | None, how: str, **moved: Any) -> None:
+CLOSE_PARK = (
+    "UPDATE workflow_parks SET left_at = now(), left_how = %s, moved_to_version = %s, moved_to_scope = %s, "
+    "moved_to_node = %s, moved_by = %s, migration_id = %s WHERE id = %s AND left_at IS NULL"
+)
+
+
+def close_park_statement(park_id: int | None, how: str, **moved: Any) -> tuple[str, list[Any]] | None:
     if not park_id:
-        return
-    db.execute(
-        "UPDATE workflow_parks SET left_at = now(), left_how = %s, moved_to_version = %s, moved_to_scope = %s, "
-        "moved_to_node = %s, moved_by = %s, migration_id = %s WHERE id = %s AND left_at IS NULL",
-        [
-            how,
-            moved.get("version"),
-            moved.get("scope", ""),
-            moved.get("node", ""),
-            moved.get("by", ""),
-            moved.get("migration_id"),
-            park_id,
-        ],
-        prepared=True,
-    )
+        return None
+    return CLOSE_PARK, [
+        how,
+        moved.get("version"),
+        moved.get("scope", ""),
+        moved.get("node", ""),
+        moved.get("by", ""),
+        moved.get("migration_id"),
+        park_id,
+    ]
+
+
+def close_park(park_id: int | None, how: str, **moved: Any) -> None:
+    statement = close_park_statement(park_id, how, **moved)
+    if statement is not None:
+        db.execute(*statement, prepared=True)
 
 
 def enter(
@@ -73,12 +81,18 @@ def timer_added(drive: Drive, wait: dict[str, Any], timer: dict[str, Any]) -> di
     return timer
 
 
-def leave(drive: Drive, how: str, *, keep_timer: int | None = None) -> dict[str, Any] | None:
-    """Leave the current wait: close its park and cancel its timers (except the one firing)."""
+def leave(
+    drive: Drive, how: str, *, keep_timer: int | None = None, along: Sequence[tuple[str, Any]] = ()
+) -> dict[str, Any] | None:
+    """Leave the current wait: close its park and cancel its timers (except the one firing).
+    ``along``: the caller's own writes, sent in the same round trip as the park's."""
     wait = drive.run.get("wait")
+    park = close_park_statement(wait.get("park"), how) if wait else None
+    statements = ([park] if park is not None else []) + list(along)
+    if statements:
+        db.execute_batch(statements)
     if not wait:
         return None
-    close_park(wait.get("park"), how)
     timer_ids = [t for t in wait.get("timers", []) if t != keep_timer]
     if timer_ids:
         cancelled = commands.cancel_timers(drive.run["id"], timer_ids=timer_ids)

@@ -51,6 +51,42 @@ def insert(
 ) -> dict[str, Any]:
     """Insert a command at the run's next position. ``persist_counters`` writes the run's
     queue counters (next sequence, open signals) in the same statement (recording paths)."""
+    sql, params, seq = insert_statement(
+        run,
+        kind=kind,
+        actor=actor,
+        payload=payload,
+        target=target,
+        task_id=task_id,
+        dedup_key=dedup_key,
+        fp=fp,
+        context=context,
+        persist_counters=persist_counters,
+    )
+    return inserted(db.fetchone(sql, params, prepared=True), seq, kind)
+
+
+def inserted(row: tuple[Any, ...] | None, seq: int, kind: str) -> dict[str, Any]:
+    """What ``insert`` answers, from the row its statement returned."""
+    assert row is not None
+    return {"id": row[0], "seq": seq, "kind": kind, "recorded_at": row[1], "available_at": row[2], "status": "PENDING"}
+
+
+def insert_statement(
+    run: dict[str, Any],
+    *,
+    kind: str,
+    actor: Actor,
+    payload: Any = None,
+    target: Any = None,
+    task_id: UUID | str | None = None,
+    dedup_key: str = "",
+    fp: str = "",
+    context: Any = None,
+    persist_counters: bool = False,
+) -> tuple[str, list[Any], int]:
+    """The statement of ``insert`` and the position it takes (counted on ``run`` now), for a
+    caller that batches it with other statements."""
     seq = next_seq(run)
     sql = _PLAIN
     extra: list[Any] = []
@@ -60,27 +96,22 @@ def insert(
             "updated_at = now() WHERE id = %s) SELECT * FROM c"
         )
         extra = [run["next_seq"], run["open_signals"], run["id"]]
-    row = db.fetchone(
-        sql,
-        [
-            run["id"],
-            seq,
-            kind,
-            "",
-            db.jsonb(payload),
-            db.jsonb(target),
-            task_id,
-            None,
-            dedup_key,
-            fp,
-            db.jsonb(context),
-            *actor.columns(),
-            *extra,
-        ],
-        prepared=True,
-    )
-    assert row is not None
-    return {"id": row[0], "seq": seq, "kind": kind, "recorded_at": row[1], "available_at": row[2], "status": "PENDING"}
+    params = [
+        run["id"],
+        seq,
+        kind,
+        "",
+        db.jsonb(payload),
+        db.jsonb(target),
+        task_id,
+        None,
+        dedup_key,
+        fp,
+        db.jsonb(context),
+        *actor.columns(),
+        *extra,
+    ]
+    return sql, params, seq
 
 
 def insert_timer(

@@ -134,7 +134,7 @@ def start(
         assert found is not None
         return _replay_start(found, fp, version)
     parent = parent or {}
-    db.execute(
+    run_row = (
         "INSERT INTO workflow_runs (id, scope, definition_id, version, plan_hash, start_scope, status, state, "
         "state_version, current_step, wait, subject_type, subject_id, subject_version, business_key, context, "
         "failure_code, failure_message, parent_run_id, parent_step, parent_branch, call_depth, compensation, "
@@ -156,11 +156,11 @@ def start(
             int(parent.get("depth", 0)),
             *actor.columns(),
         ],
-        prepared=True,
     )
-    # the row above already counts the START's position (next_seq 2): no second write of it
+    # the run row already counts the START's position (next_seq 2): no second write of it;
+    # both rows go in one round trip
     run = {"id": run_id, "next_seq": 1, "open_signals": 0}
-    cmd = commands.insert(
+    sql, params, seq = commands.insert_statement(
         run,
         kind="START",
         actor=actor,
@@ -169,6 +169,7 @@ def start(
         fp=fp,
         context=context,
     )
+    cmd = commands.inserted(db.fetch_batch([run_row, (sql, params)])[1], seq, "START")
     if idempotency_key:
         db.execute(
             "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'START' AND scope = %s AND key = %s",
@@ -360,7 +361,7 @@ def complete_task(
         "subject_version": subject_version,
         "completed_by": actor.id or actor.reason,
     }
-    cmd = commands.insert(
+    sql, params, seq = commands.insert_statement(
         run,
         kind="COMPLETION",
         actor=actor,
@@ -370,12 +371,19 @@ def complete_task(
         fp=fp,
         persist_counters=True,
     )
-    db.execute(
-        "UPDATE workflow_tasks SET status = 'COMPLETING', reservation_owner = %s, updated_at = now() "
-        "WHERE id = %s AND status = 'OPEN'",
-        [cmd["id"], task_id],
-        prepared=True,
+    # the command and the task's reservation in one round trip: the reservation names the
+    # command by its position, which the insert before it in the same transaction took
+    rows = db.fetch_batch(
+        [
+            (sql, params),
+            (
+                "UPDATE workflow_tasks SET status = 'COMPLETING', reservation_owner = (SELECT id FROM "
+                "workflow_commands WHERE run_id = %s AND seq = %s), updated_at = now() WHERE id = %s AND status = 'OPEN'",
+                [run["id"], seq, task_id],
+            ),
+        ]
     )
+    cmd = commands.inserted(rows[0], seq, "COMPLETION")
     if idempotency_key:
         db.execute(
             "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'COMPLETION' AND scope = %s AND key = %s",

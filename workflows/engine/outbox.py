@@ -97,8 +97,26 @@ def _insert(
     intent_id = int(row[0])
     if nothing_to_do:
         return intent_id
+    _recorded(drive, intent_id, token, step=step, kind=kind, target=row_target, payload=payload, key=key, headers=headers)
+    return intent_id
+
+
+def _recorded(
+    drive: Drive,
+    intent_id: int,
+    token: Any,
+    *,
+    step: str,
+    kind: str,
+    target: str,
+    payload: Any,
+    key: str,
+    headers: dict[str, str],
+) -> None:
+    """An intent to deliver was inserted: one of the segment's effects, handed to this process
+    after commit when ``token`` says it was claimed inline, else woken for delivery."""
     drive.effects.append(intent_id)
-    if inline:
+    if token is not None:
         wakeups.deliver_claimed(
             {
                 "id": intent_id,
@@ -106,7 +124,7 @@ def _insert(
                 "command_id": drive.command_id,
                 "step": step,
                 "kind": kind,
-                "target": row_target,
+                "target": target,
                 # what the claim below would read back from the row
                 "payload": json.loads(db.dumps(payload)) if payload is not None else None,
                 "headers": json.loads(db.dumps(headers)),
@@ -117,6 +135,66 @@ def _insert(
         )
     else:
         wakeups.deliver(intent_id)
+
+
+# -- name: insert_notice
+# A task notice whose recipients are looked up in the same statement: delivered at once when
+# nobody can receive it, else PENDING, or claimed for this process (inline delivery).
+INSERT_NOTICE = (
+    "INSERT INTO workflow_outbox (run_id, command_id, step, kind, target, payload, headers, idempotency_key, "
+    "status, attempts, available_at, last_error, created_at, token, lease_until, delivered_at) "
+    "SELECT %s, %s, '', 'NOTIFY', %s, %s, %s, %s, CASE WHEN r.found THEN %s ELSE 'DELIVERED' END, "
+    "CASE WHEN r.found THEN %s ELSE 0 END, now(), '', now(), CASE WHEN r.found THEN %s::uuid END, "
+    "CASE WHEN r.found AND %s THEN now() + make_interval(secs => %s) END, CASE WHEN r.found THEN NULL ELSE now() END "
+    "FROM (SELECT EXISTS ({recipients}) AS found) r "
+    "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, status"
+)
+
+
+def notice_statement(
+    drive: Drive, *, task_id: UUID, reason: str, assignment: tuple[str, str], seq: int = 0
+) -> tuple[tuple[str, list[Any]], Any]:
+    """The insert of a task notice with its recipient look-up, for a caller that batches it;
+    hand its row and the second value to ``notice_recorded``."""
+    recipients_sql, recipients_params = recipients_statement(*assignment)
+    key = f"notify:{task_id}:{reason}:{seq}"
+    inline = wakeups.delivers_inline()
+    token = uuid.uuid4() if inline else None
+    params = [
+        drive.run["id"],
+        drive.command_id,
+        str(task_id),
+        db.jsonb({"reason": reason}),
+        db.jsonb({}),
+        key,
+        "DELIVERING" if inline else "PENDING",
+        1 if inline else 0,
+        token,
+        inline,
+        lease_seconds(),
+        *recipients_params,
+    ]
+    return (INSERT_NOTICE.format(recipients=recipients_sql), params), (task_id, reason, key, token)
+
+
+def notice_recorded(drive: Drive, row: tuple[Any, ...] | None, context: Any) -> int:
+    if row is None:
+        return 0  # recorded before (the same key)
+    intent_id, status = int(row[0]), row[1]
+    if status == "DELIVERED":
+        return intent_id  # nobody to notify: nothing to deliver
+    task_id, reason, key, token = context
+    _recorded(
+        drive,
+        intent_id,
+        token,
+        step="",
+        kind="NOTIFY",
+        target=str(task_id),
+        payload={"reason": reason},
+        key=key,
+        headers={},
+    )
     return intent_id
 
 
@@ -169,17 +247,10 @@ def compensate(drive: Drive, *, forward_step: str, compensation_step: str) -> in
 
 
 def notify_task(
-    drive: Drive,
-    *,
-    task_id: UUID,
-    reason: str,
-    seq: int = 0,
-    assignment: tuple[str, str] | None = None,
-    recipients: bool | None = None,
+    drive: Drive, *, task_id: UUID, reason: str, seq: int = 0, assignment: tuple[str, str] | None = None
 ) -> int:
     """A task notice (an email to the assignees with an address). When no assignee has one,
-    the notice is recorded as delivered at once: its delivery would send nothing.
-    ``recipients``: whether the caller's ``recipients_statement`` found anyone."""
+    the notice is recorded as delivered at once: its delivery would send nothing."""
     key = f"notify:{task_id}:{reason}:{seq}"
     if assignment is None:
         row = db.fetchone("SELECT assignment_mode, assignment_value FROM workflow_tasks WHERE id = %s", [task_id])
@@ -192,7 +263,7 @@ def notify_task(
         payload={"reason": reason},
         key=key,
         headers={},
-        nothing_to_do=not (_has_recipients(*assignment) if recipients is None else recipients),
+        nothing_to_do=not _has_recipients(*assignment),
     )
 
 

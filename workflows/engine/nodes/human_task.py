@@ -54,7 +54,7 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
     task_id = uuid.uuid4()
     due = delay_of(drive, step.due.delay, step.id) if step.due is not None else None  # may fail: before any write
     # one round trip: the park, the task (before its timers, which reference it), its due date
-    # and reminder timers, and whether any assignee can be notified
+    # and reminder timers, and its notice (delivered at once when nobody can receive it)
     statements = [
         waits.park_statement(drive, node=step.id, kind="TASK", branch_id=drive.branch_id),
         (
@@ -102,7 +102,10 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         )
         statements.append((sql, params))
         timers.append(seq)
-    statements.append(outbox.recipients_statement(mode, value))
+    notice, notice_context = outbox.notice_statement(
+        drive, task_id=task_id, reason="opened", assignment=(mode, value)
+    )
+    statements.append(notice)
     rows = db.fetch_batch(statements)
     park = rows[0]
     assert park is not None
@@ -119,9 +122,7 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         actor=drive.actor,
         payload={"task": str(task_id), "assignment": {"mode": mode, "value": value}},
     )
-    outbox.notify_task(
-        drive, task_id=task_id, reason="opened", assignment=(mode, value), recipients=rows[-1] is not None
-    )
+    outbox.notice_recorded(drive, rows[-1], notice_context)
     return WAIT
 
 

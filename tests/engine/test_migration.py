@@ -571,3 +571,48 @@ def test_runs_at_a_join_are_counted_at_the_join_and_can_be_ended(deploy: Any, dr
     run = Run.objects.get(pk=run_id)
     assert run.status == "COMPLETED"
     assert not Park.objects.filter(run_id=run_id, left_at__isnull=True).exists()
+
+
+# --- the position counts the dialog reads ---------------------------------------------------------
+
+
+def counted_from_parks(version: int) -> list[tuple[str, str, int]]:
+    """The positions as a full scan of the open main-path parks finds them."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT node, kind, count(*) FROM workflow_parks WHERE left_at IS NULL AND branch_id = '' "
+            "AND definition_id = 'purchase-move' AND version = %s GROUP BY node, kind ORDER BY node, kind",
+            [version],
+        )
+        return [(str(n), str(k), int(c)) for n, k, c in cur.fetchall()]
+
+
+def counted(version: int) -> list[tuple[str, str, int]]:
+    return [
+        (p.node, p.kind, p.runs)
+        for p in migration.positions(scope="default", definition_id="purchase-move", version=version)
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_position_counts_follow_every_park_opened_and_closed(revisions: None, drain: Any) -> None:
+    parked = park_three_positions(drain)
+    assert counted(1) == counted_from_parks(1) == [("cool-off", "TIMER", 2), ("review", "TASK", 3), ("wait-goods", "SIGNAL", 2)]
+    oldest = migration.positions(scope="default", definition_id="purchase-move", version=1)[1].oldest
+    assert oldest == Park.objects.filter(run_id=parked["review"][0], left_at__isnull=True).get().since
+    # a decision, a signal, a cancel, a move and a deleted run each take a run off its position
+    task = Task.objects.get(run_id=parked["review"][0], status="OPEN")
+    operations.complete_task(task_id=task.id, decision="approve")
+    drain()
+    operations.signal(run_id=parked["wait-goods"][1], name="goods-received")
+    operations.cancel(run_id=parked["cool-off"][0], reason="not needed")
+    migrate(parked["review"][1], drain, target_step="manager-review")
+    drain()
+    Run.objects.filter(pk=parked["review"][2]).delete()
+    assert counted(1) == counted_from_parks(1)
+    assert counted(2) == counted_from_parks(2) != []
+    assert migration.parked_by_version(definition_id="purchase-move") == {
+        ("default", v): sum(n for _, _, n in counted_from_parks(v)) for v in (1, 2) if counted_from_parks(v)
+    }

@@ -419,35 +419,44 @@ def install() -> None:
 
 # --- positions: where runs are parked ---------------------------------------------------------
 
+# Counts come from workflow_park_counts, which a trigger keeps with every park opened and
+# closed (migration 0008): a position costs its stripes (at most 16 rows), not its runs. The
+# oldest wait of a position is the first entry of the partial index workflow_park_open
+# (definition_id, scope, version, node, kind, since WHERE left_at IS NULL AND branch_id = '').
+OLDEST_AT_POSITION = (
+    "(SELECT p.since FROM workflow_parks p WHERE p.left_at IS NULL AND p.branch_id = '' "
+    "AND p.definition_id = c.definition_id AND p.scope = c.scope AND p.version = c.version AND p.node = c.node "
+    "AND p.kind = c.kind ORDER BY p.since LIMIT 1)"
+)
+
 # -- name: positions
-# One row per position of a revision: open main-path parks grouped on the partial index
-# workflow_park_positions (definition_id, scope, version, node, kind WHERE left_at IS NULL).
+# One row per position of a revision that holds parked runs.
 POSITIONS = (
-    "SELECT node, kind, count(*) AS runs, min(since) AS oldest FROM workflow_parks "
-    "WHERE left_at IS NULL AND definition_id = %s AND scope = %s AND version = %s AND branch_id = '' "
-    "GROUP BY node, kind ORDER BY node, kind"
+    f"SELECT c.node, c.kind, c.runs, {OLDEST_AT_POSITION} AS oldest FROM (SELECT definition_id, scope, version, node, kind, "
+    "sum(runs) AS runs FROM workflow_park_counts WHERE definition_id = %s AND scope = %s AND version = %s "
+    "GROUP BY definition_id, scope, version, node, kind HAVING sum(runs) > 0) c ORDER BY c.node, c.kind"
 )
 
 # -- name: positions_by_revision
-# The positions of every revision of a definition in one GROUP BY over the covering partial
-# index (an index-only scan: the dialog reads its header and its rows from this one statement).
+# The positions of every revision of a definition (the dialog reads its header and its rows
+# from this one statement).
 POSITIONS_BY_REVISION = (
-    "SELECT version, node, kind, count(*) AS runs, min(since) AS oldest FROM workflow_parks "
-    "WHERE left_at IS NULL AND definition_id = %s AND scope = %s AND branch_id = '' "
-    "GROUP BY version, node, kind ORDER BY version, node, kind"
+    f"SELECT c.version, c.node, c.kind, c.runs, {OLDEST_AT_POSITION} AS oldest FROM (SELECT definition_id, scope, version, "
+    "node, kind, sum(runs) AS runs FROM workflow_park_counts WHERE definition_id = %s AND scope = %s "
+    "GROUP BY definition_id, scope, version, node, kind HAVING sum(runs) > 0) c ORDER BY c.version, c.node, c.kind"
 )
 
 # -- name: parked_by_version
 # How many runs are parked per revision of a definition (every revision, the current one too).
 PARKED_BY_VERSION = (
-    "SELECT scope, version, count(*) FROM workflow_parks WHERE left_at IS NULL AND definition_id = %s "
-    "AND branch_id = '' GROUP BY scope, version"
+    "SELECT scope, version, sum(runs) FROM workflow_park_counts WHERE definition_id = %s "
+    "GROUP BY scope, version HAVING sum(runs) > 0"
 )
 
 # -- name: parked_by_definition
 PARKED_BY_DEFINITION = (
-    "SELECT definition_id, scope, count(*) FROM workflow_parks WHERE left_at IS NULL AND branch_id = '' "
-    "{where} GROUP BY definition_id, scope"
+    "SELECT definition_id, scope, sum(runs) FROM workflow_park_counts {where} "
+    "GROUP BY definition_id, scope HAVING sum(runs) > 0"
 )
 
 
@@ -482,7 +491,7 @@ def parked_by_definition(definition_ids: Iterable[str] | None = None) -> dict[tu
     if definition_ids is None:
         rows = db.fetchall(PARKED_BY_DEFINITION.format(where=""))
     else:
-        rows = db.fetchall(PARKED_BY_DEFINITION.format(where="AND definition_id = ANY(%s)"), [list(definition_ids)])
+        rows = db.fetchall(PARKED_BY_DEFINITION.format(where="WHERE definition_id = ANY(%s)"), [list(definition_ids)])
     return {(str(d), str(s)): int(n) for d, s, n in rows}
 
 

@@ -13,7 +13,7 @@ from workflows.models.commands import (
 from workflows.models.definitions import Activation, DefinitionStatus, DefinitionVersion
 from workflows.models.history import HistoryEntry
 from workflows.models.migrations_log import MigrationItem, MigrationItemStatus, MigrationRecord, MigrationRecordStatus
-from workflows.models.parks import Park, ParkKind
+from workflows.models.parks import Park, ParkCount, ParkKind
 from workflows.models.runs import ENDED_STATUSES, LIVE_STATUSES, Run, RunStatus
 from workflows.models.segments import SegmentLog
 from workflows.models.tasks import Task, TaskStatus
@@ -41,6 +41,7 @@ __all__ = [
     "MigrationRecordStatus",
     "OutboxIntent",
     "Park",
+    "ParkCount",
     "ParkKind",
     "Run",
     "RunStatus",

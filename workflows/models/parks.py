@@ -42,15 +42,42 @@ class Park(models.Model):
         db_table = "workflow_parks"
         indexes = [
             models.Index(
-                fields=["definition_id", "scope", "version", "node", "kind"],
-                name="workflow_park_positions",
-                condition=models.Q(left_at__isnull=True),
-                # covering: positions of the main path (branch_id = '') and their oldest park are
-                # counted by an index-only scan, without visiting a run's or a park's row
-                include=["branch_id", "since"],
+                fields=["definition_id", "scope", "version", "node", "kind", "since"],
+                name="workflow_park_open",
+                condition=models.Q(left_at__isnull=True, branch_id=""),
+                # the open main-path parks of a position in waiting order: a position's oldest
+                # park is its first entry, a page of the run picker a range of it
             ),
             models.Index(fields=["run", "left_at"], name="workflow_park_by_run"),
         ]
 
     def __str__(self) -> str:
         return f"{self.kind} park at {self.node}"
+
+
+class ParkCount(models.Model):
+    """How many main-path parks are open per position, kept by a trigger on ``workflow_parks``
+    (migration 0008): every open adds one, every close or delete takes one away, in the same
+    transaction. A position's count is the sum over its stripes (the stripe is the writing
+    backend's pid modulo 16, so concurrent workers rarely wait on the same row), so the Migrate
+    dialog counts a position in constant time whatever the backlog."""
+
+    id = models.BigAutoField(primary_key=True)
+    definition_id = models.CharField(max_length=255)
+    scope = models.CharField(max_length=255)
+    version = models.PositiveIntegerField()
+    node = models.CharField(max_length=255)
+    kind = models.CharField(max_length=8, choices=ParkKind.choices)
+    stripe = models.SmallIntegerField()
+    runs = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "workflow_park_counts"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["definition_id", "scope", "version", "node", "kind", "stripe"], name="workflow_park_count_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.runs} at {self.node} (stripe {self.stripe})"

@@ -440,3 +440,19 @@ def test_a_run_busy_beyond_the_lock_timeout_is_503_with_retry_after(
     assert not holder.is_alive()
     assert_problem(response, 503, "LOCK_TIMEOUT")
     assert response["Retry-After"] == "1"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/captures/?model=order%00" + SENTINEL,
+        "/api/v1/runs/?business_key=" + SENTINEL + "%00",
+        "/api/v1/tasks/?q%00=" + SENTINEL,
+    ],
+)
+def test_a_nul_character_in_a_query_is_refused_not_sent_to_the_database(admin_api: APIClient, path: str) -> None:
+    """PostgreSQL cannot take a NUL in text: a query string with one is bad input (400), never a
+    database failure (the fuzzer found GET /captures/?model=...%00... answered 503)."""
+    body = assert_problem(admin_api.get(path), 400, "INVALID_PAYLOAD")
+    assert body["violations"][0]["type"] == "encoding"

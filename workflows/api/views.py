@@ -30,8 +30,8 @@ from rest_framework.views import APIView
 from workflows import definitions, operations, queries
 from workflows.api import pagination, parsers, permissions
 from workflows.api import serializers as s
-from workflows.api.errors import PROBLEM_CONTENT_TYPE, problem
-from workflows.exceptions import InstanceNotFound, TaskNotFound
+from workflows.api.errors import PROBLEM_CONTENT_TYPE, escape_pointer_token, problem
+from workflows.exceptions import InstanceNotFound, InvalidPayload, TaskNotFound, Violation
 
 # The longest ``?await`` honoured, in seconds (the parameter is validated against
 # serializers.MAX_AWAIT_SECONDS; this cap is what the wait uses).
@@ -132,6 +132,22 @@ class ApiView(APIView):
     def get_permissions(self) -> list[BasePermission]:
         chosen = self.read_permission if self.request.method in SAFE_METHODS else self.write_permission
         return [IsAuthenticated(), *([chosen()] if chosen else [])]
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        # a NUL character or an unpaired surrogate can reach no column: refuse the query as
+        # a body with one is refused (400, value-free), before any filter sends it to PostgreSQL
+        for name, values in request.query_params.lists():
+            if parsers._bad_text(name) or any(parsers._bad_text(v) for v in values):
+                pointer = "" if parsers._bad_text(name) else f"/query/{escape_pointer_token(name)}"
+                raise InvalidPayload(
+                    "query parameters must not contain NUL characters or unpaired surrogates",
+                    violations=[
+                        Violation(
+                            pointer=pointer, type="encoding", message="contains a NUL character or an unpaired surrogate"
+                        )
+                    ],
+                )
 
 
 def valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:

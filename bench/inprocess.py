@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> None:
     probe = measure.Probe(os.environ["DATABASE_URL"])
 
     counts: collections.Counter[str] = collections.Counter()
+    opening: collections.Counter[str] = collections.Counter()
     original = psycopg.Cursor.execute
 
     def counting(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
@@ -119,6 +120,9 @@ def run(args: argparse.Namespace) -> None:
         named = 1 if words[:1] == ["SAVEPOINT"] else 2 if words[:2] == ["RELEASE", "SAVEPOINT"] else 0
         key = " ".join(words[:named] if named else words[:4])[:60]  # savepoint names differ each time
         counts[key] += 1
+        raw = self.connection
+        if raw.autocommit or raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            opening[key] += 1  # this statement opens a transaction (its own, or a BEGIN before it)
         return original(self, query, params, **kw)
 
     x0 = probe.xact_commit()
@@ -155,6 +159,9 @@ def run(args: argparse.Namespace) -> None:
     print(f"CPU per run: client and executor {cpu * 1000 / n:.2f} ms, PostgreSQL backend {pg * 1000 / n:.2f} ms")
     if args.statements:
         for text, k in counts.most_common(30):
+            print(f"  {k / n:5.2f}  {text}")
+        print("statements that open a transaction, per run:")
+        for text, k in opening.most_common(15):
             print(f"  {k / n:5.2f}  {text}")
     probe.close()
 

@@ -123,8 +123,10 @@ def _await_worker_quiet(*, timeout: float) -> None:
                 "AND pid <> pg_backend_pid() AND state IN ('active', 'idle in transaction')"
             )
             busy = cursor.fetchone()[0]
-            cursor.execute("SELECT count(*) FROM capture_captures WHERE status = 'DISPATCHING' "
-                "OR (status = 'PENDING' AND available_at <= now())")
+            cursor.execute(
+                "SELECT count(*) FROM capture_captures WHERE status = 'DISPATCHING' "
+                "OR (status = 'PENDING' AND available_at <= now())"
+            )
             capturing = cursor.fetchone()[0]
         quiet = busy == 0 and capturing == 0 and probe.runnable_count() == 0
         quiet_reads = quiet_reads + 1 if quiet else 0

@@ -115,8 +115,9 @@ def decision_schemas_as_written(task: Task) -> dict[str, Any]:
 
     run = task.run
     try:
-        plan = cache.get_plan(scope=run.scope, definition_id=run.definition_id, version=run.version,
-                              expected_hash=run.plan_hash)
+        plan = cache.get_plan(
+            scope=run.scope, definition_id=run.definition_id, version=run.version, expected_hash=run.plan_hash
+        )
     except WorkflowError:
         return {}
     step = plan.steps.get(task.step)
@@ -194,9 +195,7 @@ def decision_change(*, run_id: Any, seq: int) -> dict[str, Any]:
     result: dict[str, Any] = {"entry": entry, "patch": entry.patch, "before": None, "after": None, "complete": False}
     if entry.branch_id:
         return result
-    baseline = (
-        HistoryEntry.objects.filter(run_id=run_id, type="STATE_BASELINE", seq__lt=seq).order_by("-seq").first()
-    )
+    baseline = HistoryEntry.objects.filter(run_id=run_id, type="STATE_BASELINE", seq__lt=seq).order_by("-seq").first()
     if baseline is None:
         return result
     between: list[dict[str, Any]] = [
@@ -253,8 +252,9 @@ def plan_of(run: Run) -> Any:
     from workflows.exceptions import VersionNotRunnable, WorkflowError
 
     try:
-        return cache.get_plan(scope=run.scope, definition_id=run.definition_id, version=run.version,
-                              expected_hash=run.plan_hash)
+        return cache.get_plan(
+            scope=run.scope, definition_id=run.definition_id, version=run.version, expected_hash=run.plan_hash
+        )
     except VersionNotRunnable:
         row = DefinitionVersion.objects.filter(
             scope=run.scope, definition_id=run.definition_id, version=run.version
@@ -368,14 +368,29 @@ def parked_by_definition(*, definition_ids: Any = None) -> dict[tuple[str, str],
 
 
 def runs_at_position(
-    *, scope: str, definition_id: str, version: int, node: str, kind: str, search: str = "", offset: int = 0,
+    *,
+    scope: str,
+    definition_id: str,
+    version: int,
+    node: str,
+    kind: str,
+    search: str = "",
+    offset: int = 0,
     limit: int = 25,
 ) -> tuple[list[dict[str, Any]], int]:
     """One page of the runs parked at a position (oldest first), searchable by business key."""
     from workflows.engine import migration
 
-    return migration.runs_at(scope=scope, definition_id=definition_id, version=int(version), node=node, kind=kind,
-                             search=search, offset=offset, limit=limit)
+    return migration.runs_at(
+        scope=scope,
+        definition_id=definition_id,
+        version=int(version),
+        node=node,
+        kind=kind,
+        search=search,
+        offset=offset,
+        limit=limit,
+    )
 
 
 def migration_records(*, scope: str | None = None, definition_id: str | None = None) -> QuerySet[Any]:
@@ -634,8 +649,13 @@ def stuck_parks(
         "WHERE p.left_at IS NULL AND r.status IN ('PENDING','RUNNING','WAITING','COMPENSATING')) "
         "SELECT * FROM open WHERE waited_seconds > threshold_seconds "
         "ORDER BY waited_seconds / greatest(threshold_seconds, 1) DESC, park_id LIMIT %(limit)s",
-        {"pct": float(percentile), "days": int(window_days), "floor": float(floor_seconds),
-         "overrides": json.dumps({str(k): float(v) for k, v in (overrides or {}).items()}), "limit": int(limit)},
+        {
+            "pct": float(percentile),
+            "days": int(window_days),
+            "floor": float(floor_seconds),
+            "overrides": json.dumps({str(k): float(v) for k, v in (overrides or {}).items()}),
+            "limit": int(limit),
+        },
     )
 
 
@@ -750,9 +770,11 @@ def outcome_unknown_captures(*, limit: int = RADAR_LIMIT) -> list[dict[str, Any]
     model = _capture_model()
     if model is None:
         return []
-    rows = model.objects.filter(status="OUTCOME_UNKNOWN").order_by("created_at", "id").values(
-        "id", "model", "object_pk", "event", "attempts", "created_at", "effect_started_at"
-    )[:limit]
+    rows = (
+        model.objects.filter(status="OUTCOME_UNKNOWN")
+        .order_by("created_at", "id")
+        .values("id", "model", "object_pk", "event", "attempts", "created_at", "effect_started_at")[:limit]
+    )
     return [{"capture_id": r.pop("id"), **r} for r in rows]
 
 

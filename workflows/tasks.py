@@ -152,7 +152,7 @@ def _carry_delivered_marks(**_: object) -> None:
 def _write_carried_marks(**_: object) -> None:
     try:
         outbox.flush_marks()
-    except Exception:  # noqa: BLE001 - the intents' leases lapse and they are delivered again
+    except Exception:  # the intents' leases lapse and they are delivered again
         log.warning("delivered marks not written at shutdown", exc_info=True)
 
 

@@ -599,7 +599,8 @@ def counted(version: int) -> list[tuple[str, str, int]]:
 @pytest.mark.django_db(transaction=True)
 def test_position_counts_follow_every_park_opened_and_closed(revisions: None, drain: Any) -> None:
     parked = park_three_positions(drain)
-    assert counted(1) == counted_from_parks(1) == [("cool-off", "TIMER", 2), ("review", "TASK", 3), ("wait-goods", "SIGNAL", 2)]
+    expected = [("cool-off", "TIMER", 2), ("review", "TASK", 3), ("wait-goods", "SIGNAL", 2)]
+    assert counted(1) == counted_from_parks(1) == expected
     oldest = migration.positions(scope="default", definition_id="purchase-move", version=1)[1].oldest
     assert oldest == Park.objects.filter(run_id=parked["review"][0], left_at__isnull=True).get().since
     # a decision, a signal, a cancel, a move and a deleted run each take a run off its position

@@ -43,6 +43,7 @@ BOUND_SLACK = 1 if FULL else 20
 def within(budget_ms: float) -> float:
     return budget_ms * BOUND_SLACK
 
+
 DOCUMENT = """
 definitionId: rel-input
 definitionVersion: 1

@@ -41,7 +41,8 @@ WAIT_CAP_SECONDS: float = s.MAX_AWAIT_SECONDS
 # --- OpenAPI helpers -------------------------------------------------------------------------
 
 _ERROR_TEXT = {
-    400: "INVALID_PAYLOAD (shape, bounds, schema; with pointers) or INVALID_ARGUMENT",
+    400: "INVALID_PAYLOAD (shape, bounds, schema; with pointers; a query string with a NUL character) "
+    "or INVALID_ARGUMENT",
     401: "NOT_AUTHENTICATED / AUTHENTICATION_FAILED: no or a wrong token or session",
     403: "PERMISSION_DENIED: the caller lacks the model permission",
     404: "not found (NOT_FOUND, INSTANCE_NOT_FOUND, TASK_NOT_FOUND, DEFINITION_MISSING)",
@@ -53,7 +54,7 @@ _ERROR_TEXT = {
     429: "THROTTLED (with Retry-After) or SIGNAL_LIMIT",
     503: "LOCK_TIMEOUT or PERSISTENCE: retry after Retry-After seconds",
 }
-_ALWAYS = (401, 403, 406, 429)
+_ALWAYS = (400, 401, 403, 406, 429)  # 400: any query string can carry a NUL character
 _BODY = (400, 413, 415)
 
 
@@ -140,13 +141,10 @@ class ApiView(APIView):
         for name, values in request.query_params.lists():
             if parsers._bad_text(name) or any(parsers._bad_text(v) for v in values):
                 pointer = "" if parsers._bad_text(name) else f"/query/{escape_pointer_token(name)}"
+                message = "contains a NUL character or an unpaired surrogate"
                 raise InvalidPayload(
                     "query parameters must not contain NUL characters or unpaired surrogates",
-                    violations=[
-                        Violation(
-                            pointer=pointer, type="encoding", message="contains a NUL character or an unpaired surrogate"
-                        )
-                    ],
+                    violations=[Violation(pointer=pointer, type="encoding", message=message)],
                 )
 
 

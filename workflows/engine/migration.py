@@ -432,8 +432,8 @@ OLDEST_AT_POSITION = (
 # -- name: positions
 # One row per position of a revision that holds parked runs.
 POSITIONS = (
-    f"SELECT c.node, c.kind, c.runs, {OLDEST_AT_POSITION} AS oldest FROM (SELECT definition_id, scope, version, node, kind, "
-    "sum(runs) AS runs FROM workflow_park_counts WHERE definition_id = %s AND scope = %s AND version = %s "
+    f"SELECT c.node, c.kind, c.runs, {OLDEST_AT_POSITION} AS oldest FROM (SELECT definition_id, scope, version, "
+    "node, kind, sum(runs) AS runs FROM workflow_park_counts WHERE definition_id = %s AND scope = %s AND version = %s "
     "GROUP BY definition_id, scope, version, node, kind HAVING sum(runs) > 0) c ORDER BY c.node, c.kind"
 )
 
@@ -441,8 +441,8 @@ POSITIONS = (
 # The positions of every revision of a definition (the dialog reads its header and its rows
 # from this one statement).
 POSITIONS_BY_REVISION = (
-    f"SELECT c.version, c.node, c.kind, c.runs, {OLDEST_AT_POSITION} AS oldest FROM (SELECT definition_id, scope, version, "
-    "node, kind, sum(runs) AS runs FROM workflow_park_counts WHERE definition_id = %s AND scope = %s "
+    f"SELECT c.version, c.node, c.kind, c.runs, {OLDEST_AT_POSITION} AS oldest FROM (SELECT definition_id, scope, "
+    "version, node, kind, sum(runs) AS runs FROM workflow_park_counts WHERE definition_id = %s AND scope = %s "
     "GROUP BY definition_id, scope, version, node, kind HAVING sum(runs) > 0) c ORDER BY c.version, c.node, c.kind"
 )
 

@@ -97,7 +97,9 @@ def _insert(
     intent_id = int(row[0])
     if nothing_to_do:
         return intent_id
-    _recorded(drive, intent_id, token, step=step, kind=kind, target=row_target, payload=payload, key=key, headers=headers)
+    _recorded(
+        drive, intent_id, token, step=step, kind=kind, target=row_target, payload=payload, key=key, headers=headers
+    )
     return intent_id
 
 
@@ -428,7 +430,7 @@ class _Marks:
                 continue
             try:
                 flush_marks()
-            except Exception:  # noqa: BLE001 - kept for the next try; a lease lapse redelivers at worst
+            except Exception:
                 log.warning("writing delivered marks failed; retrying", exc_info=True)
                 connection.close()
                 time.sleep(1.0)

@@ -378,7 +378,8 @@ def complete_task(
             (sql, params),
             (
                 "UPDATE workflow_tasks SET status = 'COMPLETING', reservation_owner = (SELECT id FROM "
-                "workflow_commands WHERE run_id = %s AND seq = %s), updated_at = now() WHERE id = %s AND status = 'OPEN'",
+                "workflow_commands WHERE run_id = %s AND seq = %s), updated_at = now() "
+                "WHERE id = %s AND status = 'OPEN'",
                 [run["id"], seq, task_id],
             ),
         ]

@@ -8,7 +8,6 @@ from typing import Any
 from workflows.engine import commands, db, wakeups
 from workflows.engine.drive import Drive
 
-
 OPEN_PARK = (
     "INSERT INTO workflow_parks (run_id, scope, definition_id, version, node, kind, branch_id, since, left_how, "
     "moved_to_scope, moved_to_node, moved_by) VALUES (%s,%s,%s,%s,%s,%s,%s,now(),'','','','') RETURNING id"

@@ -5,40 +5,54 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('workflows', '0006_park_positions_covering'),
+        ("workflows", "0006_park_positions_covering"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='command',
-            name='run',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='commands', to='workflows.run'),
+            model_name="command",
+            name="run",
+            field=models.ForeignKey(
+                db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name="commands", to="workflows.run"
+            ),
         ),
         migrations.AlterField(
-            model_name='historyentry',
-            name='run',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='history', to='workflows.run'),
+            model_name="historyentry",
+            name="run",
+            field=models.ForeignKey(
+                db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name="history", to="workflows.run"
+            ),
         ),
         migrations.AlterField(
-            model_name='migrationitem',
-            name='record',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='items', to='workflows.migrationrecord'),
+            model_name="migrationitem",
+            name="record",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="items",
+                to="workflows.migrationrecord",
+            ),
         ),
         migrations.AlterField(
-            model_name='park',
-            name='run',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='parks', to='workflows.run'),
+            model_name="park",
+            name="run",
+            field=models.ForeignKey(
+                db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name="parks", to="workflows.run"
+            ),
         ),
         migrations.AlterField(
-            model_name='task',
-            name='run',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='tasks', to='workflows.run'),
+            model_name="task",
+            name="run",
+            field=models.ForeignKey(
+                db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name="tasks", to="workflows.run"
+            ),
         ),
         migrations.AlterField(
-            model_name='timer',
-            name='run',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='timers', to='workflows.run'),
+            model_name="timer",
+            name="run",
+            field=models.ForeignKey(
+                db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name="timers", to="workflows.run"
+            ),
         ),
     ]

@@ -36,39 +36,57 @@ DROP FUNCTION IF EXISTS workflow_park_count();
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('workflows', '0007_drop_redundant_run_indexes'),
+        ("workflows", "0007_drop_redundant_run_indexes"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ParkCount',
+            name="ParkCount",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('definition_id', models.CharField(max_length=255)),
-                ('scope', models.CharField(max_length=255)),
-                ('version', models.PositiveIntegerField()),
-                ('node', models.CharField(max_length=255)),
-                ('kind', models.CharField(choices=[('SIGNAL', 'Signal'), ('TIMER', 'Timer'), ('TASK', 'Task'), ('CALL', 'Call'), ('JOIN', 'Join'), ('BRANCH', 'Branch')], max_length=8)),
-                ('stripe', models.SmallIntegerField()),
-                ('runs', models.BigIntegerField(default=0)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("definition_id", models.CharField(max_length=255)),
+                ("scope", models.CharField(max_length=255)),
+                ("version", models.PositiveIntegerField()),
+                ("node", models.CharField(max_length=255)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("SIGNAL", "Signal"),
+                            ("TIMER", "Timer"),
+                            ("TASK", "Task"),
+                            ("CALL", "Call"),
+                            ("JOIN", "Join"),
+                            ("BRANCH", "Branch"),
+                        ],
+                        max_length=8,
+                    ),
+                ),
+                ("stripe", models.SmallIntegerField()),
+                ("runs", models.BigIntegerField(default=0)),
             ],
             options={
-                'db_table': 'workflow_park_counts',
+                "db_table": "workflow_park_counts",
             },
         ),
         migrations.RemoveIndex(
-            model_name='park',
-            name='workflow_park_positions',
+            model_name="park",
+            name="workflow_park_positions",
         ),
         migrations.AddIndex(
-            model_name='park',
-            index=models.Index(condition=models.Q(('branch_id', ''), ('left_at__isnull', True)), fields=['definition_id', 'scope', 'version', 'node', 'kind', 'since'], name='workflow_park_open'),
+            model_name="park",
+            index=models.Index(
+                condition=models.Q(("branch_id", ""), ("left_at__isnull", True)),
+                fields=["definition_id", "scope", "version", "node", "kind", "since"],
+                name="workflow_park_open",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='parkcount',
-            constraint=models.UniqueConstraint(fields=('definition_id', 'scope', 'version', 'node', 'kind', 'stripe'), name='workflow_park_count_key'),
+            model_name="parkcount",
+            constraint=models.UniqueConstraint(
+                fields=("definition_id", "scope", "version", "node", "kind", "stripe"), name="workflow_park_count_key"
+            ),
         ),
         migrations.RunSQL(COUNT_TRIGGER, DROP_TRIGGER),
     ]

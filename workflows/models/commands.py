@@ -168,7 +168,10 @@ class Timer(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     run = models.ForeignKey(
-        "workflows.Run", on_delete=models.CASCADE, related_name="timers", db_index=False  # (run, status) serves it
+        "workflows.Run",
+        on_delete=models.CASCADE,
+        related_name="timers",
+        db_index=False,  # (run, status) serves it
     )
     command_id = models.BigIntegerField(null=True, blank=True)
     kind = models.CharField(max_length=8, choices=TimerKind.choices)

@@ -70,7 +70,10 @@ class MigrationItem(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     record = models.ForeignKey(
-        MigrationRecord, on_delete=models.CASCADE, related_name="items", db_index=False  # (record, run) is unique
+        MigrationRecord,
+        on_delete=models.CASCADE,
+        related_name="items",
+        db_index=False,  # (record, run) is unique
     )
     run = models.ForeignKey("workflows.Run", on_delete=models.CASCADE, related_name="+")
     row = models.PositiveSmallIntegerField()

@@ -21,7 +21,10 @@ class Park(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     run = models.ForeignKey(
-        "workflows.Run", on_delete=models.CASCADE, related_name="parks", db_index=False  # (run, left_at) serves it
+        "workflows.Run",
+        on_delete=models.CASCADE,
+        related_name="parks",
+        db_index=False,  # (run, left_at) serves it
     )
     scope = models.CharField(max_length=255)
     definition_id = models.CharField(max_length=255)

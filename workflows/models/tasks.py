@@ -19,7 +19,10 @@ class Task(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     run = models.ForeignKey(
-        "workflows.Run", on_delete=models.CASCADE, related_name="tasks", db_index=False  # (run, status) serves it
+        "workflows.Run",
+        on_delete=models.CASCADE,
+        related_name="tasks",
+        db_index=False,  # (run, status) serves it
     )
     branch_id = models.CharField(max_length=255, blank=True, default="")
     step = models.CharField(max_length=255)

@@ -102,9 +102,7 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         )
         statements.append((sql, params))
         timers.append(seq)
-    notice, notice_context = outbox.notice_statement(
-        drive, task_id=task_id, reason="opened", assignment=(mode, value)
-    )
+    notice, notice_context = outbox.notice_statement(drive, task_id=task_id, reason="opened", assignment=(mode, value))
     statements.append(notice)
     rows = db.fetch_batch(statements)
     park = rows[0]

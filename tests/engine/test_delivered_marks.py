@@ -77,7 +77,8 @@ def test_a_claim_that_finds_its_run_busy_hands_the_marks_back(deploy: Any, carri
     assert intent_status(first) == "DELIVERED"
 
 
-def test_with_no_wake_up_after_it_the_flusher_writes_the_mark(deploy: Any) -> None:
+def test_with_no_wake_up_after_it_the_flusher_writes_the_mark(deploy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(outbox, "FLUSHER_IDLE_SECONDS", 0.2)  # its connection goes back soon after
     deploy(DOCUMENT)
     outbox.enable_carried_marks()
     try:

@@ -366,6 +366,9 @@ MARK_DELIVERED = (
 # lease lapses and they are delivered again, as at-least-once delivery already allows.
 # Compensations are never carried: the next one of a run goes out only after this one's mark.
 CARRY_SECONDS = 0.05
+# The flusher keeps its connection while it is used (a new one for every lone mark would cost
+# far more than the transaction it saves) and closes it after this long without a mark.
+FLUSHER_IDLE_SECONDS = 60.0
 MARK_MANY = (
     "UPDATE workflow_outbox o SET status = 'DELIVERED', delivered_at = now(), token = NULL, lease_until = NULL "
     "FROM (SELECT set_config('synchronous_commit', 'off', true)) s, "
@@ -418,10 +421,11 @@ class _Marks:
 
     def _flush_loop(self) -> None:
         while True:
-            self._wake.wait()
+            if not self._wake.wait(timeout=FLUSHER_IDLE_SECONDS):
+                connection.close()  # idle this long: this thread's own connection goes back
+                continue
             self._wake.clear()
             self._flush_when_due()
-            connection.close()  # this thread's own connection is not kept while idle
 
     def _flush_when_due(self) -> None:
         while (age := self.age()) is not None:

@@ -16,7 +16,6 @@ Debian Chromium through Playwright.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -112,11 +111,13 @@ def _await_worker_quiet(*, timeout: float) -> None:
     the flush then reports what still held the tables."""
     from django.db import connection
 
+    from tests.support.waiting import eventually
     from workflows.engine import probe
 
-    deadline = time.monotonic() + timeout
     quiet_reads = 0
-    while quiet_reads < 2 and time.monotonic() < deadline:
+
+    def quiet_twice() -> bool:
+        nonlocal quiet_reads
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
@@ -130,7 +131,12 @@ def _await_worker_quiet(*, timeout: float) -> None:
             capturing = cursor.fetchone()[0]
         quiet = busy == 0 and capturing == 0 and probe.runnable_count() == 0
         quiet_reads = quiet_reads + 1 if quiet else 0
-        time.sleep(0.05)
+        return quiet_reads >= 2
+
+    try:
+        eventually(quiet_twice, timeout=timeout, interval=0.05, what="the worker to go quiet")
+    except AssertionError:
+        pass
 
 
 @pytest.fixture

@@ -84,7 +84,10 @@ def test_with_no_wake_up_after_it_the_flusher_writes_the_mark(deploy: Any, monke
     try:
         run_id = started("M-5")
         tasks.run_instance(str(run_id))
+        assert intent_status(run_id) == "DELIVERING"  # delivered; no wake-up follows to carry the mark
         eventually(lambda: intent_status(run_id) == "DELIVERED", timeout=10, what="the flusher to write the mark")
+        intent = OutboxIntent.objects.get(run_id=run_id, kind="SERVICE")
+        assert intent.token is None and intent.delivered_at is not None
     finally:
         outbox.enable_carried_marks(False)
 

@@ -36,34 +36,10 @@ def next_seq(run: dict[str, Any]) -> int:
     return seq
 
 
-def insert(
-    run: dict[str, Any],
-    *,
-    kind: str,
-    actor: Actor,
-    payload: Any = None,
-    target: Any = None,
-    task_id: UUID | str | None = None,
-    dedup_key: str = "",
-    fp: str = "",
-    context: Any = None,
-    persist_counters: bool = False,
-) -> dict[str, Any]:
-    """Insert a command at the run's next position. ``persist_counters`` writes the run's
-    queue counters (next sequence, open signals) in the same statement (recording paths)."""
-    sql, params, seq = insert_statement(
-        run,
-        kind=kind,
-        actor=actor,
-        payload=payload,
-        target=target,
-        task_id=task_id,
-        dedup_key=dedup_key,
-        fp=fp,
-        context=context,
-        persist_counters=persist_counters,
-    )
-    return inserted(db.fetchone(sql, params, prepared=True), seq, kind)
+def insert(run: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """Insert a command at the run's next position (``insert_statement`` names the fields)."""
+    sql, params, seq = insert_statement(run, **spec)
+    return inserted(db.fetchone(sql, params, prepared=True), seq, spec["kind"])
 
 
 def inserted(row: tuple[Any, ...] | None, seq: int, kind: str) -> dict[str, Any]:
@@ -85,8 +61,10 @@ def insert_statement(
     context: Any = None,
     persist_counters: bool = False,
 ) -> tuple[str, list[Any], int]:
-    """The statement of ``insert`` and the position it takes (counted on ``run`` now), for a
-    caller that batches it with other statements."""
+    """Insert a command at the run's next position: the statement, and the position it takes
+    (counted on ``run`` now), for ``insert`` or a caller that batches it with other statements.
+    ``persist_counters`` writes the run's queue counters (next sequence, open signals) in the
+    same statement (recording paths)."""
     seq = next_seq(run)
     sql = _PLAIN
     extra: list[Any] = []
@@ -114,33 +92,10 @@ def insert_statement(
     return sql, params, seq
 
 
-def insert_timer(
-    run: dict[str, Any],
-    *,
-    timer_kind: str,
-    step: str,
-    delay_seconds: float = 0.0,
-    at: datetime | None = None,
-    branch_id: str = "",
-    task_id: UUID | str | None = None,
-    target: dict[str, Any] | None = None,
-    interval_seconds: float | None = None,
-    due_task: UUID | str | None = None,
-) -> dict[str, Any]:
+def insert_timer(run: dict[str, Any], **spec: Any) -> dict[str, Any]:
     """A timer row and the TIMER command that fires it, inserted together in one statement
-    (logged as SYSTEM); ``due_task`` also sets that task's due date to the fire time."""
-    sql, params, seq = timer_statement(
-        run,
-        timer_kind=timer_kind,
-        step=step,
-        delay_seconds=delay_seconds,
-        at=at,
-        branch_id=branch_id,
-        task_id=task_id,
-        target=target,
-        interval_seconds=interval_seconds,
-        due_task=due_task,
-    )
+    (logged as SYSTEM; ``timer_statement`` names the fields)."""
+    sql, params, seq = timer_statement(run, **spec)
     return timer_row(db.fetchone(sql, params, prepared=True), seq)
 
 
@@ -163,8 +118,9 @@ def timer_statement(
     interval_seconds: float | None = None,
     due_task: UUID | str | None = None,
 ) -> tuple[str, list[Any], int]:
-    """The statement of ``insert_timer`` and the queue position it takes (counted on ``run``
-    now), for a caller that batches it with other statements."""
+    """A timer row and its TIMER command: the statement, and the queue position it takes
+    (counted on ``run`` now), for ``insert_timer`` or a caller that batches it. ``due_task``
+    also sets that task's due date to the fire time."""
     seq = next_seq(run)
     full_target = dict(target or {})
     full_target["step"] = step

@@ -58,7 +58,7 @@ def strip_forged(headers: dict[str, Any] | None) -> dict[str, str]:
 INSERT = (
     "INSERT INTO workflow_outbox (run_id, command_id, step, kind, target, payload, headers, idempotency_key, "
     "status, attempts, available_at, last_error, created_at, token, lease_until, delivered_at) "
-    "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,now(),'',now(),%s,{lease},{delivered}) "
+    "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,now(),'',now(),%s,{lease},NULL) "
     "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
 )
 
@@ -72,31 +72,25 @@ def _insert(
     payload: Any,
     key: str,
     headers: dict[str, str],
-    nothing_to_do: bool = False,
 ) -> int:
-    """Record an intent. ``nothing_to_do``: its delivery would do nothing (a notice nobody can
-    receive), so it is recorded as delivered. Under ``wakeups.inline_delivery()`` the intent is
-    claimed here, in the segment's transaction, for this process to deliver after commit
-    (compensations excepted: they go out one at a time, in order, through the claim below)."""
+    """Record an intent. Under ``wakeups.inline_delivery()`` the intent is claimed here, in the
+    segment's transaction, for this process to deliver after commit (compensations excepted:
+    they go out one at a time, in order, through the claim below). Task notices have their own
+    statement (``notice_statement``)."""
     row_target = target[:2048]
     params = [drive.run["id"], drive.command_id, step, kind, row_target, db.jsonb(payload), db.jsonb(headers), key]
-    inline = not nothing_to_do and kind != "COMPENSATION" and wakeups.delivers_inline()
+    inline = kind != "COMPENSATION" and wakeups.delivers_inline()
     token = uuid.uuid4() if inline else None
-    if nothing_to_do:
-        sql = INSERT.format(lease="NULL", delivered="now()")
-        params += ["DELIVERED", 0, None]
-    elif inline:
-        sql = INSERT.format(lease="now() + make_interval(secs => %s)", delivered="NULL")
+    if inline:
+        sql = INSERT.format(lease="now() + make_interval(secs => %s)")
         params += ["DELIVERING", 1, token, lease_seconds()]
     else:
-        sql = INSERT.format(lease="NULL", delivered="NULL")
+        sql = INSERT.format(lease="NULL")
         params += ["PENDING", 0, None]
     row = db.fetchone(sql, params, prepared=True)
     if row is None:
         return 0
     intent_id = int(row[0])
-    if nothing_to_do:
-        return intent_id
     _recorded(
         drive, intent_id, token, step=step, kind=kind, target=row_target, payload=payload, key=key, headers=headers
     )
@@ -253,20 +247,11 @@ def notify_task(
 ) -> int:
     """A task notice (an email to the assignees with an address). When no assignee has one,
     the notice is recorded as delivered at once: its delivery would send nothing."""
-    key = f"notify:{task_id}:{reason}:{seq}"
     if assignment is None:
         row = db.fetchone("SELECT assignment_mode, assignment_value FROM workflow_tasks WHERE id = %s", [task_id])
         assignment = (str(row[0]), str(row[1])) if row else ("", "")
-    return _insert(
-        drive,
-        step="",
-        kind="NOTIFY",
-        target=str(task_id),
-        payload={"reason": reason},
-        key=key,
-        headers={},
-        nothing_to_do=not _has_recipients(*assignment),
-    )
+    statement, context = notice_statement(drive, task_id=task_id, reason=reason, assignment=assignment, seq=seq)
+    return notice_recorded(drive, db.fetchone(*statement, prepared=True), context)
 
 
 def _recipients(mode: str, value: str) -> Any:
@@ -283,14 +268,9 @@ _RECIPIENT_SQL: dict[str, tuple[str, list[Any], int]] = {}
 _PLACEHOLDER = "\x00assignee\x00"
 
 
-def _has_recipients(mode: str, value: str) -> bool:
-    """Whether ``_recipients`` finds anyone (a row answered by ``recipients_statement``)."""
-    return db.fetchone(*recipients_statement(mode, value), prepared=True) is not None
-
-
 def recipients_statement(mode: str, value: str) -> tuple[str, list[Any]]:
-    """The look-up behind ``_has_recipients``: the ORM's SQL for each mode is compiled once
-    per process (with a placeholder value) and then run as a prepared statement, since this
+    """Whether any assignee can receive a notice (a row when one can): the ORM's SQL for each
+    mode is compiled once per process (with a placeholder value) and then run as a prepared statement, since this
     runs in the segment of every task that opens."""
     mode = "user" if mode == "user" else "group"
     compiled = _RECIPIENT_SQL.get(mode)

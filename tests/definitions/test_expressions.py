@@ -101,3 +101,47 @@ def test_the_deepest_accepted_expression_evaluates_without_recursion_errors():
         text = f"({text})"
     assert text.count("(") > 10
     assert compile_expression(text, []).evaluate({}) == 1
+
+
+# --- bare member paths are read without the interpreter, with the interpreter's answers ---------
+
+_DOCUMENTS = [
+    {"a": {"b": "text"}},
+    {"a": {"b": 7}},
+    {"a": {"b": -(2**63)}},
+    {"a": {"b": 2**63}},  # beyond CEL's int: the interpreter decides
+    {"a": {"b": 2.5}},
+    {"a": {"b": None}},
+    {"a": {"b": True}},
+    {"a": {"b": [1, "x"]}},
+    {"a": {"b": {"c": 1}}},
+    {"a": {}},
+    {"a": "not a map"},
+    {},
+]
+
+
+@pytest.mark.parametrize("document", _DOCUMENTS)
+def test_a_bare_path_answers_what_the_interpreter_answers(document: dict) -> None:
+    import dataclasses
+
+    fast = compile_expression("state.a.b", ["state"])
+    assert fast.path == ("state", "a", "b")
+    slow = dataclasses.replace(fast, path=())
+
+    def outcome(comp: expressions.CelComputation) -> tuple[str, object]:
+        try:
+            value = comp.evaluate({"state": document})
+        except Exception as failed:  # the engine turns any of them into a deterministic failure
+            return "failed", f"{type(failed).__name__}: {failed}"
+        return type(value).__name__, value
+
+    assert outcome(fast) == outcome(slow)
+
+
+def test_only_bare_paths_of_known_variables_take_the_short_way() -> None:
+    assert compile_expression("state.route", ["state"]).path == ("state", "route")
+    assert compile_expression("state.route == 'x'", ["state"]).path == ()
+    assert compile_expression("payload.a", ["state", "payload"]).path == ("payload", "a")
+    assert compile_expression("true", ["state"]).path == ()
+    assert compile_template("Review {{ state.route }}", ["state"]).evaluate({"state": {"route": "x"}}) == "Review x"

@@ -279,8 +279,13 @@ class CelComputation:
     runner: Any = field(repr=False)
     merge: bool = False
     kind: str = "cel"
+    path: tuple[str, ...] = ()  # a bare ``name.field.field`` expression: read without the interpreter
 
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
+        if self.path:
+            found = _read_path(variables, self.path)
+            if found is not _MISS:
+                return found
         context = {name: to_cel(variables.get(name)) for name in self.variables if name in variables}
         evaluator = _BoundedEvaluator(self.ast, self.runner.new_activation(), [MAX_EVALUATION_STEPS])
         try:
@@ -341,7 +346,40 @@ def compile_expression(source: Any, variables: Iterable[str], *, merge: bool = F
     names = tuple(sorted(set(variables)))
     ast = compile_ast(source, names)
     runner = celpy.InterpretedRunner(_ENVIRONMENT, ast, NUMERIC_COMPARISONS)
-    return CelComputation(source=source, variables=names, ast=ast, runner=runner, merge=merge)
+    path: tuple[str, ...] = ()
+    if isinstance(source, str) and _BARE_PATH.fullmatch(source.strip()):
+        parts = tuple(source.strip().split("."))
+        if parts[0] in names and not _RESERVED.intersection(parts):
+            path = parts
+    return CelComputation(source=source, variables=names, ast=ast, runner=runner, merge=merge, path=path)
+
+
+# A bare member path (``state.customer.name``) is the commonest placeholder of a title or an
+# assignee; it is read straight from the documents when every hop is a map holding the key and
+# the value is one CEL hands back unchanged (a string, a 64-bit integer, a double or null).
+# Anything else (a missing key, a list, a map, a bool) goes through the interpreter, so its
+# result and its failure are CEL's own.
+_BARE_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_RESERVED = frozenset(
+    {
+        *("true", "false", "null", "in", "as", "break", "const", "continue", "else", "for", "function"),
+        *("if", "import", "let", "loop", "package", "namespace", "return", "var", "void", "while"),
+    }
+)
+_MISS = object()
+
+
+def _read_path(variables: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = variables
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return _MISS
+        value = value[key]
+    if value is None or isinstance(value, str | float):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
+        return value
+    return _MISS
 
 
 @dataclass(frozen=True, eq=False)

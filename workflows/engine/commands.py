@@ -212,13 +212,16 @@ def cancel_timers(run_id: Any, *, timer_ids: list[int] | None = None, task_id: A
     if task_id is not None:
         clauses.append("t.task_id = %s")
         params.append(task_id)
-    return db.fetchdicts(
-        "WITH t AS (UPDATE workflow_timers t SET status = 'CANCELLED' WHERE "
-        + " AND ".join(clauses)
-        + " RETURNING t.id, t.command_id, t.kind, t.step, t.branch_id, t.task_id), "
-        "c AS (UPDATE workflow_commands c SET status = 'CANCELLED', token = NULL, lease_until = NULL, "
-        "settled_at = now(), last_error = 'TIMER_CANCELLED: the wait was left' FROM t "
-        "WHERE c.id = t.command_id AND c.status IN ('PENDING','DEFERRED','PARKED','DEAD') RETURNING c.id) "
-        "SELECT id, command_id, kind, step, branch_id, task_id FROM t",
-        params,
-    )
+    return db.fetchdicts(_CANCEL_TIMERS.format(where=" AND ".join(clauses)), params)
+
+
+_CANCEL_TIMERS = (
+    "WITH t AS (UPDATE workflow_timers t SET status = 'CANCELLED' WHERE {where} "
+    "RETURNING t.id, t.command_id, t.kind, t.step, t.branch_id, t.task_id), "
+    "c AS (UPDATE workflow_commands c SET status = 'CANCELLED', token = NULL, lease_until = NULL, "
+    "settled_at = now(), last_error = 'TIMER_CANCELLED: the wait was left' FROM t "
+    "WHERE c.id = t.command_id AND c.status IN ('PENDING','DEFERRED','PARKED','DEAD') RETURNING c.id) "
+    "SELECT id, command_id, kind, step, branch_id, task_id FROM t"
+)
+# Timers of several runs, by id (the caller holds every run's lock).
+CANCEL_TIMERS_BY_ID = _CANCEL_TIMERS.format(where="t.id = ANY(%s) AND t.status = 'SCHEDULED'")

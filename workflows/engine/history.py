@@ -205,8 +205,11 @@ class HistoryBuffer:
     def flush_statement(self) -> tuple[str, list[Any]] | None:
         """The INSERT of the buffered entries (the buffer is consumed): one statement text for
         any number of entries (they travel as one JSON array), so it is prepared once."""
-        if not self.entries:
-            return None
+        rows = self.flush_rows()
+        return (HISTORY_INSERT, [self.run_id, db.jsonb(rows)]) if rows else None
+
+    def flush_rows(self) -> list[dict[str, Any]]:
+        """The buffered entries as the rows of ``HISTORY_INSERT`` (the buffer is consumed)."""
         rows: list[dict[str, Any]] = []
         seq = self.next_seq
         for e in self.entries:
@@ -242,7 +245,7 @@ class HistoryBuffer:
             seq += 1
         self.entries.clear()
         self.next_seq = seq
-        return HISTORY_INSERT, [self.run_id, db.jsonb(rows)]
+        return rows
 
 
 # Absent keys are NULL: the text columns a non-decision entry leaves empty are coalesced to ''.
@@ -256,6 +259,10 @@ HISTORY_INSERT = (
     "FROM jsonb_to_recordset(%s) AS e(seq integer, type text, command_id bigint, step text, branch_id text, "
     "outcome text, scope text, definition_id text, version integer, plan_hash text, vb integer, va integer, "
     "executor_id text, patch jsonb, payload jsonb, ak text, ai text, ar text, ob text, st text)"
+)
+# The entries of several runs (each row names its run): a bulk migration's decision logs.
+HISTORY_INSERT_MANY = HISTORY_INSERT.replace("SELECT %s, e.seq", "SELECT e.run_id, e.seq").replace(
+    "AS e(seq integer", "AS e(run_id uuid, seq integer"
 )
 
 

@@ -771,7 +771,7 @@ def apply_batch(*, record_id: int, actor: Actor, confirm: int | None = None, lim
 # busy (a segment, an approver's completion, a cancel) is skipped and stays for the next Apply,
 # so this never waits for one run's lock while holding others.
 LOCK_BATCH = (
-    "SELECT id, scope, version, status, current_step, wait, next_seq FROM workflow_runs WHERE id = ANY(%s::uuid[]) "
+    f"SELECT {locks.RUN_COLUMNS} FROM workflow_runs WHERE id = ANY(%s::uuid[]) "
     "ORDER BY id FOR NO KEY UPDATE SKIP LOCKED"
 )
 
@@ -831,6 +831,10 @@ def _record_batch(
             chosen.append((item, run))
     if not chosen:
         return outcomes
+    moved, chosen = _move_set_based(rec, chosen, actor)
+    outcomes.extend(moved)
+    if not chosen:
+        return outcomes
     targets = [
         db.jsonb(
             {
@@ -863,6 +867,25 @@ def _record_batch(
         if actor.kind == "NONE":
             observers.emit(observers.ActorAbsent("MIGRATION"))
     return outcomes
+
+
+def _move_set_based(
+    rec: dict[str, Any], chosen: list[tuple[dict[str, Any], dict[str, Any]]], actor: Actor
+) -> tuple[list[tuple[int, str, str, int | None]], list[tuple[dict[str, Any], dict[str, Any]]]]:
+    """The moves ``migration_bulk`` makes for the batch at once (in a savepoint: a batch it
+    cannot write goes the MIGRATION command way whole)."""
+    from django.db import DatabaseError
+
+    from workflows.engine import migration_bulk
+
+    try:
+        with transaction.atomic():
+            return migration_bulk.move(rec, chosen, actor)
+    except DatabaseError as exc:
+        if db.is_transient(exc):
+            raise
+        log.warning("a set-based move of migration %s failed; its runs get MIGRATION commands", rec["id"])
+        return [], chosen
 
 
 # -- name: settle_items_from_commands

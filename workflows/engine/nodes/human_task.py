@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from workflows.definitions.plan import Assignment, HumanTaskStep
@@ -34,9 +36,22 @@ def resolve_assignment(drive: Drive, assignment: Assignment, step: str) -> tuple
     return mode, value[:255]
 
 
-def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
-    run = drive.run
-    variables = {"state": run["state"]}
+@dataclass(frozen=True)
+class Opening:
+    """What opening a task takes from the run's state, computed before any write (a failing
+    expression fails here, with nothing written)."""
+
+    task_id: uuid.UUID
+    mode: str
+    value: str
+    title: str
+    description: str
+    snapshot: list[dict[str, Any]]
+    due: tuple[float, datetime | None] | None
+
+
+def prepare(drive: Drive, step: HumanTaskStep) -> Opening:
+    variables = {"state": drive.run["state"]}
     mode, value = resolve_assignment(drive, step.assignment, step.id)
     if step.title_template is not None:
         title = str(evaluate(step.title_template, variables, step=step.id, field="title") or "")[:500] or step.id
@@ -51,74 +66,100 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         {"name": d.name, "label": d.label or d.name, "schema": dict(d.payload_schema) if d.payload_schema else None}
         for d in step.decisions
     ]
-    task_id = uuid.uuid4()
-    due = delay_of(drive, step.due.delay, step.id) if step.due is not None else None  # may fail: before any write
-    # one round trip: the park, the task (before its timers, which reference it), its due date
-    # and reminder timers, and its notice (delivered at once when nobody can receive it)
-    statements = [
-        waits.park_statement(drive, node=step.id, kind="TASK", branch_id=drive.branch_id),
-        (
-            INSERT_TASK,
-            [
-                task_id,
-                run["id"],
-                drive.branch_id,
-                step.id,
-                title,
-                description,
-                step.task_type,
-                mode,
-                value,
-                db.jsonb(snapshot),
-                step.require_version_stability,
-                run["subject_version"] or "",
-                step.reminder_every_seconds,
-            ],
-        ),
+    due = delay_of(drive, step.due.delay, step.id) if step.due is not None else None
+    return Opening(uuid.uuid4(), mode, value, title, description, snapshot, due)
+
+
+def task_params(drive: Drive, step: HumanTaskStep, o: Opening) -> list[Any]:
+    """The parameters of ``INSERT_TASK`` for an opening."""
+    run = drive.run
+    return [
+        o.task_id,
+        run["id"],
+        drive.branch_id,
+        step.id,
+        o.title,
+        o.description,
+        step.task_type,
+        o.mode,
+        o.value,
+        db.jsonb(o.snapshot),
+        step.require_version_stability,
+        run["subject_version"] or "",
+        step.reminder_every_seconds,
     ]
-    timers: list[int] = []  # the queue position each timer statement took
-    if due is not None:
-        sql, params, seq = commands.timer_statement(
-            run,
-            timer_kind="DUE",
-            step=step.id,
-            delay_seconds=due[0],
-            at=due[1],
-            branch_id=drive.branch_id,
-            task_id=task_id,
-            due_task=task_id,
+
+
+def timer_specs(step: HumanTaskStep, o: Opening) -> list[dict[str, Any]]:
+    """The task's timers (``commands.timer_statement`` arguments): its due date, its reminders."""
+    specs: list[dict[str, Any]] = []
+    if o.due is not None:
+        specs.append(
+            {
+                "timer_kind": "DUE",
+                "step": step.id,
+                "delay_seconds": o.due[0],
+                "at": o.due[1],
+                "task_id": o.task_id,
+                "due_task": o.task_id,
+            }
         )
-        statements.append((sql, params))
-        timers.append(seq)
     if step.reminder_every_seconds:
-        sql, params, seq = commands.timer_statement(
-            run,
-            timer_kind="REMINDER",
-            step=step.id,
-            delay_seconds=step.reminder_every_seconds,
-            branch_id=drive.branch_id,
-            task_id=task_id,
-            interval_seconds=step.reminder_every_seconds,
+        specs.append(
+            {
+                "timer_kind": "REMINDER",
+                "step": step.id,
+                "delay_seconds": step.reminder_every_seconds,
+                "task_id": o.task_id,
+                "interval_seconds": step.reminder_every_seconds,
+            }
         )
-        statements.append((sql, params))
-        timers.append(seq)
-    notice, notice_context = outbox.notice_statement(drive, task_id=task_id, reason="opened", assignment=(mode, value))
-    statements.append(notice)
-    rows = db.fetch_batch(statements)
-    park = rows[0]
-    assert park is not None
+    return specs
+
+
+def opened(drive: Drive, step: HumanTaskStep, o: Opening, *, park_id: int, timers: list[dict[str, Any]]) -> None:
+    """The task's park, row and timers are written: enter the wait and log the task."""
     wait = waits.enter(
-        drive, step=step.id, kind="task", park_kind="TASK", outcome="wait-task", park_id=int(park[0]), task=str(task_id)
+        drive, step=step.id, kind="task", park_kind="TASK", outcome="wait-task", park_id=park_id, task=str(o.task_id)
     )
-    for row, seq in zip(rows[2 : 2 + len(timers)], timers, strict=True):
-        waits.timer_added(drive, wait, commands.timer_row(row, seq))
+    for timer in timers:
+        waits.timer_added(drive, wait, timer)
     drive.history.add(
         "TASK_CREATED",
         step=step.id,
         branch_id=drive.branch_id,
         command_id=drive.command_id,
         actor=drive.actor,
-        payload={"task": str(task_id), "assignment": {"mode": mode, "value": value}},
+        payload={"task": str(o.task_id), "assignment": {"mode": o.mode, "value": o.value}},
+    )
+
+
+def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
+    o = prepare(drive, step)  # may fail: before any write
+    # one round trip: the park, the task (before its timers, which reference it), its due date
+    # and reminder timers, and its notice (delivered at once when nobody can receive it)
+    statements = [
+        waits.park_statement(drive, node=step.id, kind="TASK", branch_id=drive.branch_id),
+        (INSERT_TASK, task_params(drive, step, o)),
+    ]
+    timers: list[int] = []  # the queue position each timer statement took
+    for spec in timer_specs(step, o):
+        sql, params, seq = commands.timer_statement(drive.run, branch_id=drive.branch_id, **spec)
+        statements.append((sql, params))
+        timers.append(seq)
+    notice, notice_context = outbox.notice_statement(
+        drive, task_id=o.task_id, reason="opened", assignment=(o.mode, o.value)
+    )
+    statements.append(notice)
+    rows = db.fetch_batch(statements)
+    park = rows[0]
+    assert park is not None
+    opened(
+        drive,
+        step,
+        o,
+        park_id=int(park[0]),
+        timers=[commands.timer_row(row, seq) for row, seq in zip(rows[2 : 2 + len(timers)], timers, strict=True)],
     )
     outbox.notice_recorded(drive, rows[-1], notice_context)
     return WAIT

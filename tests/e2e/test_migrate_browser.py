@@ -126,6 +126,10 @@ def test_the_dialog_moves_cancels_and_ends_three_positions(
     # the run viewer explains the move on the park it closed
     page.goto(f"{live_server.url}/runs/{picked[0]}/")
     assert re.search(r"moved to\s+manager-review\s+of version 2\b.*\bby admin", page.locator("body").inner_text())
+    # and the cancel and the end, with the migration that did them
+    for run_id, how in ((runs["cool-off"][0], "cancelled"), (runs["wait-goods"][0], "ended")):
+        page.goto(f"{live_server.url}/runs/{run_id}/")
+        assert re.search(rf"\b{how} by admin — migration #{record.id}\b", page.locator("body").inner_text())
 
     # and bob sees the approval in his inbox
     page.context.clear_cookies()

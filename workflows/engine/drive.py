@@ -14,8 +14,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
-
 from workflows.definitions.plan import Plan
 from workflows.engine import db
 from workflows.engine.actors import Actor
@@ -185,7 +183,7 @@ class Drive:
         ended = self.ended_now
         branch = copy.deepcopy(self.branch) if self.branch is not None else None
         try:
-            with transaction.atomic():
+            with db.savepoint():
                 yield
         except BaseException:
             self.run.update(snapshot)

@@ -215,17 +215,6 @@ def cancel_timers(run_id: Any, *, timer_ids: list[int] | None = None, task_id: A
     return db.fetchdicts(_CANCEL_TIMERS.format(where=" AND ".join(clauses)), params)
 
 
-def cancel_timers_statement(run_id: Any, timer_ids: list[int]) -> tuple[str, list[Any]]:
-    """``cancel_timers`` of a wait's timers, for a caller that batches it (rows as
-    ``cancelled_timers`` reads them)."""
-    return CANCEL_WAIT_TIMERS, [run_id, timer_ids]
-
-
-def cancelled_timers(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
-    keys = ("id", "command_id", "kind", "step", "branch_id", "task_id")
-    return [dict(zip(keys, row, strict=True)) for row in rows]
-
-
 _CANCEL_TIMERS = (
     "WITH t AS (UPDATE workflow_timers t SET status = 'CANCELLED' WHERE {where} "
     "RETURNING t.id, t.command_id, t.kind, t.step, t.branch_id, t.task_id), "
@@ -234,6 +223,5 @@ _CANCEL_TIMERS = (
     "WHERE c.id = t.command_id AND c.status IN ('PENDING','DEFERRED','PARKED','DEAD') RETURNING c.id) "
     "SELECT id, command_id, kind, step, branch_id, task_id FROM t"
 )
-CANCEL_WAIT_TIMERS = _CANCEL_TIMERS.format(where="t.run_id = %s AND t.status = 'SCHEDULED' AND t.id = ANY(%s)")
 # Timers of several runs, by id (the caller holds every run's lock).
 CANCEL_TIMERS_BY_ID = _CANCEL_TIMERS.format(where="t.id = ANY(%s) AND t.status = 'SCHEDULED'")

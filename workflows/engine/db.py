@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connection, connections
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
@@ -115,114 +115,13 @@ def _cursor(prepared: bool) -> Iterator[Any]:
 def run(cur: Any, sql: str, params: Any) -> None:
     """Execute on a cursor from ``_cursor``. The first statement of a transaction goes out in
     pipeline mode on a server-binding cursor, so psycopg's BEGIN travels with it instead of
-    taking a round trip of its own; so do deferred savepoint statements (``savepoint``)."""
+    taking a round trip of its own."""
     raw = cur.connection
-    if isinstance(cur, psycopg.Cursor) and not raw.autocommit:
-        controls = _take_deferred(raw)
-        if controls or raw.info.transaction_status == IDLE:
-            with raw.pipeline():
-                _send(raw, controls)
-                cur.execute(sql, params)
-            return
-    cur.execute(sql, params)
-
-
-# --- savepoints that travel with the next statement -------------------------------------------
-# A segment wraps work that may fail deterministically in a savepoint, so that the work is taken
-# back while the command is still settled. Through Django, SAVEPOINT and RELEASE are a round
-# trip each. ``savepoint()`` defers them instead: SAVEPOINT goes out in the same pipeline as the
-# first statement inside it, RELEASE with the first statement after it, and neither goes out
-# when nothing ran inside; ROLLBACK TO is sent at once. A statement that does not go through
-# this module (the ORM, Django's own savepoints) sends what is deferred first, through an
-# execute wrapper. Deferred statements left at COMMIT are dropped (COMMIT releases them).
-
-
-class _Deferred:
-    def __init__(self) -> None:
-        self.raw: Any = None  # the psycopg connection they belong to
-        self.statements: list[str] = []
-        self.count = 0
-
-
-def _deferred() -> _Deferred:
-    wrapper = connections[DEFAULT_DB_ALIAS]
-    state: _Deferred | None = getattr(wrapper, "_workflow_deferred", None)
-    if state is None:
-        state = _Deferred()
-        wrapper._workflow_deferred = state  # type: ignore[attr-defined]
-        # first in the list: `connection.execute_wrapper()` contexts pop the last one on exit
-        wrapper.execute_wrappers.insert(0, _flush_before_django)
-    return state
-
-
-def _take_deferred(raw: Any) -> list[str]:
-    state: _Deferred | None = getattr(connections[DEFAULT_DB_ALIAS], "_workflow_deferred", None)
-    if state is None or not state.statements:
-        return []
-    taken, state.statements = state.statements, []
-    if state.raw is not raw or raw.info.transaction_status == IDLE:
-        return []  # another connection, or the transaction they belonged to has ended
-    return taken
-
-
-def _send(raw: Any, controls: list[str]) -> None:
-    for statement in controls:
-        psycopg.Cursor(raw).execute(statement)
-
-
-def _flush_before_django(execute: Any, sql: Any, params: Any, many: bool, context: Any) -> Any:
-    raw = connections[DEFAULT_DB_ALIAS].connection
-    if raw is not None:
-        controls = _take_deferred(raw)
-        if controls:
-            with raw.pipeline():
-                _send(raw, controls)
-    return execute(sql, params, many, context)
-
-
-@contextmanager
-def savepoint() -> Iterator[None]:
-    """A savepoint whose SAVEPOINT and RELEASE travel with the neighbouring statements. Must be
-    inside a transaction (``transaction.atomic``); on-commit callbacks registered inside are
-    dropped when it rolls back, as Django's own savepoints do."""
-    wrapper = connections[DEFAULT_DB_ALIAS]
-    if not wrapper.in_atomic_block:
-        with transaction.atomic():
-            yield
-        return
-    raw = wrapper.connection
-    state = _deferred()
-    if state.raw is not raw:
-        state.raw, state.statements = raw, []
-    state.count += 1
-    name = f"sw_sp_{state.count}"
-    opened = f"SAVEPOINT {name}"
-    if raw.info.transaction_status == IDLE:
-        # nothing ran in this transaction yet: BEGIN and SAVEPOINT go out now, together
-        # (deferred statements found at IDLE are taken for leftovers of an ended transaction)
-        with wrapper.wrap_database_errors, raw.pipeline():
-            _send(raw, [*_take_deferred(raw), opened])
+    if isinstance(cur, psycopg.Cursor) and not raw.autocommit and raw.info.transaction_status == IDLE:
+        with raw.pipeline():
+            cur.execute(sql, params)
     else:
-        state.statements.append(opened)
-    callbacks = len(wrapper.run_on_commit)
-    try:
-        yield
-    except BaseException:
-        if opened in state.statements:  # nothing ran inside: nothing to take back
-            del state.statements[state.statements.index(opened) :]
-        else:
-            state.statements.clear()  # all of it queued inside the savepoint, after SAVEPOINT went out
-            with wrapper.wrap_database_errors:
-                try:
-                    psycopg.Cursor(raw).execute(f"ROLLBACK TO SAVEPOINT {name}")
-                except psycopg.OperationalError:
-                    pass  # the connection is gone: the whole transaction is
-        del wrapper.run_on_commit[callbacks:]
-        raise
-    if opened in state.statements:
-        del state.statements[state.statements.index(opened) :]
-    else:
-        state.statements.append(f"RELEASE SAVEPOINT {name}")
+        cur.execute(sql, params)
 
 
 def fetchone(sql: str, params: Sequence[Any] = (), *, prepared: bool = False) -> tuple[Any, ...] | None:
@@ -304,7 +203,6 @@ def execute_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
         rest: list[psycopg.Cursor[Any]] = []
         try:
             with raw.pipeline():
-                _send(raw, _take_deferred(raw))
                 first.execute(statements[0][0], statements[0][1])
                 for sql, params in statements[1:]:
                     cur = psycopg.Cursor(raw)
@@ -320,11 +218,6 @@ def fetch_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[A
     """Several statements in one round trip (pipeline mode, bound on the server and prepared
     once they repeat); answers each statement's first row, or None when it returned none. They
     run in order; a failing statement skips the rest and raises."""
-    return [rows[0] if rows else None for rows in fetch_batch_all(statements)]
-
-
-def fetch_batch_all(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
-    """``fetch_batch`` answering every row of each statement."""
     if not statements:
         return []
     with _cursor(True) as first:
@@ -332,14 +225,12 @@ def fetch_batch_all(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[lis
         cursors = [first] + [psycopg.Cursor(raw) for _ in statements[1:]]
         try:
             with raw.pipeline():
-                _send(raw, _take_deferred(raw))
                 for cur, (sql, params) in zip(cursors, statements, strict=True):
                     cur.execute(sql, params)
-            rows: list[list[tuple[Any, ...]]] = []
+            rows: list[tuple[Any, ...] | None] = []
             for cur, (sql, _) in zip(cursors, statements, strict=True):
-                found = cur.fetchall() if cur.description is not None else []
-                json_columns = shape(cur, sql)[1] if found else []
-                rows.append([decode_row(row, json_columns) for row in found])
+                row = cur.fetchone() if cur.description is not None else None
+                rows.append(decode_row(row, shape(cur, sql)[1]) if row is not None else None)
             return rows
         finally:
             for cur in cursors[1:]:

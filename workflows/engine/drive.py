@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import transaction
+
 from workflows.definitions.plan import Plan
 from workflows.engine import db
 from workflows.engine.actors import Actor
@@ -183,7 +185,7 @@ class Drive:
         ended = self.ended_now
         branch = copy.deepcopy(self.branch) if self.branch is not None else None
         try:
-            with db.savepoint():
+            with transaction.atomic():
                 yield
         except BaseException:
             self.run.update(snapshot)

@@ -84,19 +84,19 @@ def leave(
     drive: Drive, how: str, *, keep_timer: int | None = None, along: Sequence[tuple[str, Any]] = ()
 ) -> dict[str, Any] | None:
     """Leave the current wait: close its park and cancel its timers (except the one firing).
-    ``along``: the caller's own writes. All of it goes in one round trip."""
+    ``along``: the caller's own writes, sent in the same round trip as the park's."""
     wait = drive.run.get("wait")
     park = close_park_statement(wait.get("park"), how) if wait else None
     statements = ([park] if park is not None else []) + list(along)
-    timer_ids = [t for t in wait.get("timers", []) if t != keep_timer] if wait else []
-    if timer_ids:
-        statements.append(commands.cancel_timers_statement(drive.run["id"], timer_ids))
     if statements:
-        rows = db.fetch_batch_all(statements)
-        for t in commands.cancelled_timers(rows[-1]) if timer_ids else []:
-            drive.history.add("TIMER_CANCELLED", step=t["step"], command_id=t["command_id"], actor=drive.actor)
+        db.execute_batch(statements)
     if not wait:
         return None
+    timer_ids = [t for t in wait.get("timers", []) if t != keep_timer]
+    if timer_ids:
+        cancelled = commands.cancel_timers(drive.run["id"], timer_ids=timer_ids)
+        for t in cancelled:
+            drive.history.add("TIMER_CANCELLED", step=t["step"], command_id=t["command_id"], actor=drive.actor)
     drive.run["wait"] = None
     drive.run["status"] = "RUNNING"
     return wait

@@ -375,3 +375,67 @@ def test_start_schema_falls_back_to_the_contract():
     contract = {"name": "t.v1", "signals": {}, "startSchema": {"type": "object", "required": ["x"]}}
     plan = compile_text(doc(DONE, initialStep="done", contract=contract))
     assert plan.start_schema == {"type": "object", "required": ["x"]}
+
+
+# --- reminders -------------------------------------------------------------------------------
+# The reference's plan rule "reminders need an event recorder" holds by construction here: a
+# reminder is recorded by the engine's own task notice (TASK_REMINDER_FIRED plus a NOTIFY
+# intent, see tests/views/test_tasks_timers.py), which no deployment lacks. So a plan with
+# reminders is never refused for want of a recorder; only the shape of `reminders` is checked.
+
+
+def reminding_task(reminders, step_id="first"):
+    return {
+        "id": step_id,
+        "type": "human-task",
+        "assignment": {"mode": "group", "value": "approvers"},
+        "decisions": [{"name": "ok", "next": "done"}],
+        "reminders": reminders,
+    }
+
+
+def test_reminders_compile_with_nothing_registered(monkeypatch):
+    from workflows.definitions import catalogs
+
+    monkeypatch.setattr(catalogs, "_discovered", True)
+    for catalog in (catalogs.callbacks, catalogs.types, catalogs.contracts):
+        monkeypatch.setattr(catalog, "_entries", {})
+    plan = compile_text(doc(reminding_task({"every": "P1D"}), DONE))
+    assert plan.step("first").reminder_every_seconds == 86400
+    without = {k: v for k, v in reminding_task(None).items() if k != "reminders"}
+    assert compile_text(doc(without, DONE)).plan_hash != plan.plan_hash
+
+
+def test_reminders_of_a_task_in_a_fork_branch_compile():
+    steps = [
+        {"id": "first", "type": "fork", "branches": ["review", "w"], "join": "j"},
+        dict(reminding_task({"every": "PT4H"}, step_id="review"), decisions=[{"name": "ok", "next": "j"}]),
+        {"id": "w", "type": "wait-signal", "signal": "go", "next": "j"},
+        {"id": "j", "type": "join", "next": "done"},
+        DONE,
+    ]
+    assert compile_text(doc(*steps)).step("review").reminder_every_seconds == 4 * 3600
+
+
+@pytest.mark.parametrize(
+    ("reminders", "pointer", "kind"),
+    [
+        ({"every": "PT0S"}, "/steps/0/reminders/every", "duration"),
+        ({"every": "P1M"}, "/steps/0/reminders/every", "duration"),
+        ({"every": "S3NT1NEL every day"}, "/steps/0/reminders/every", "duration"),
+        ({}, "/steps/0/reminders/every", "required"),
+        ({"every": "P1D", "count": 3}, "/steps/0/reminders/count", "unknown"),
+        ("S3NT1NEL P1D", "/steps/0/reminders", "type"),
+    ],
+)
+def test_reminders_need_a_positive_interval(reminders, pointer, kind):
+    error = refuse(doc(reminding_task(reminders), DONE))
+    assert types(error) == [kind]
+    assert pointers(error) == [pointer]
+    assert_value_free(error, "S3NT1NEL")
+
+
+def test_reminders_belong_to_human_tasks_only():
+    step = {"id": "first", "type": "wait-signal", "signal": "go", "next": "done", "reminders": {"every": "P1D"}}
+    error = refuse(doc(step, DONE))
+    assert (pointers(error), types(error)) == (["/steps/0/reminders"], ["unknown"])

@@ -431,3 +431,239 @@ def test_failure_marks_apply_to_live_rows_of_other_scopes_only():
     assert lifecycle.record_failure(scope="tenant-a", definition_id="simple", version=1, failure=None)
     with pytest.raises(InvalidArgument):
         lifecycle.record_failure(scope="tenant-a", definition_id="simple", version=1, failure="whatever")
+
+
+# --- refusals repeat no submitted value ------------------------------------------------------
+
+SENTINEL = "S3NT1NEL-value"
+# a valid scope key, but not a plain identifier: a message may never repeat it
+SECRET_SCOPE = f"tenant {SENTINEL}"
+SECRET_METADATA = {
+    "source_type": "upload",
+    "source_uri": f"https://example.com/{SENTINEL}",
+    "source_revision": SENTINEL,
+    "source_author": SENTINEL,
+    "upload_id": SENTINEL,
+}
+
+
+def secret_text(version=1, contract="simple.v1", definition_id="simple", marker=""):
+    """The simple document carrying the sentinel in a description and in a comment."""
+    text = simple(definition_id=definition_id, version=version, contract=contract, comment=f"# {SENTINEL}{marker}\n")
+    text = text.replace("initialStep: wait", f"description: 'about {SENTINEL}'\ninitialStep: wait")
+    assert text.count(SENTINEL) == 2
+    return text
+
+
+def assert_sentinel_free(error):
+    """Neither the message, the exception's text nor any violation field repeats the sentinel."""
+    details = [error.message, str(error), *map(str, error.args)]
+    for violation in error.violations:
+        details.extend(str(value) for value in violation.as_dict().values())
+    for text in details:
+        assert SENTINEL not in text, f"the sentinel is repeated in {text!r}"
+
+
+def refused(error_type, code, call):
+    with pytest.raises(error_type) as caught:
+        call()
+    assert caught.value.code == code
+    assert_sentinel_free(caught.value)
+    return caught.value
+
+
+def secret_loaded(scope=SECRET_SCOPE, version=1, **kwargs):
+    return definitions.load(scope=scope, text=secret_text(version=version, **kwargs), metadata=SECRET_METADATA)
+
+
+def secret_available(scope=SECRET_SCOPE, version=1, **kwargs):
+    record = secret_loaded(scope, version, **kwargs)
+    return definitions.publish(scope=scope, definition_id=record.definition_id, version=version)
+
+
+def secret_key(scope=SECRET_SCOPE, version=1):
+    return {"scope": scope, "definition_id": "simple", "version": version}
+
+
+class TestRefusalsRepeatNoSubmittedValue:
+    """Each refusal with the sentinel in the document text, the source metadata or the scope
+    key the caller submitted: the code is the reference's and the sentinel is nowhere in it."""
+
+    def test_the_sentinel_reaches_the_store(self):
+        record = secret_loaded()
+        row = DefinitionVersion.objects.get()
+        assert (record.scope, row.source_author) == (SECRET_SCOPE, SENTINEL)
+        assert SENTINEL in row.text
+
+    def test_version_exists(self):
+        secret_loaded()
+        refused(
+            LifecycleError,
+            "VERSION_EXISTS",
+            lambda: definitions.load(scope=SECRET_SCOPE, text=secret_text(marker=" changed"), metadata=SECRET_METADATA),
+        )
+
+    def test_contract_mismatch_within_a_scope(self):
+        secret_loaded()
+        refused(ContractMismatch, "CONTRACT_MISMATCH", lambda: secret_loaded(version=2, contract="other.v1"))
+
+    def test_contract_mismatch_with_the_default_scope(self):
+        secret_loaded(scope="default")
+        refused(ContractMismatch, "CONTRACT_MISMATCH", lambda: secret_loaded(contract="other.v1"))
+
+    def test_contract_mismatch_of_signal_schemas(self):
+        secret_loaded()
+        # the schema that differs carries the sentinel
+        other = secret_text(definition_id="other-id").replace(
+            "go: {type: object}", f"go: {{type: object, description: '{SENTINEL}'}}"
+        )
+        refused(
+            ContractMismatch,
+            "CONTRACT_MISMATCH",
+            lambda: definitions.load(scope=SECRET_SCOPE, text=other, metadata=SECRET_METADATA),
+        )
+
+    def test_contract_mismatch_of_a_default_target(self):
+        secret_loaded(contract="mine.v1")
+        secret_available(scope="default", contract="theirs.v1")
+        refused(
+            ContractMismatch,
+            "CONTRACT_MISMATCH",
+            lambda: definitions.activate(**secret_key(), target_scope="default"),
+        )
+
+    def test_a_document_that_does_not_validate(self):
+        text = secret_text() + f"scope: '{SENTINEL}'\nsteps2: {{{SENTINEL}: 1}}\n"
+        error = refused(
+            DefinitionError,
+            "DEFINITION_INVALID",
+            lambda: definitions.load(scope=SECRET_SCOPE, text=text, metadata=SECRET_METADATA),
+        )
+        assert {v.pointer for v in error.violations} == {"/scope", "/steps2"}
+        assert not DefinitionVersion.objects.exists()
+
+    def test_a_document_that_no_longer_builds_at_publication(self, registry):
+        registry.callback("temp.mapper", "initial_state", lambda payload: payload)
+        text = secret_text().replace("initialStep: wait", "initialStateMapper: temp.mapper\ninitialStep: wait")
+        definitions.load(scope=SECRET_SCOPE, text=text, metadata=SECRET_METADATA)
+        registry.undo()
+        refused(DefinitionError, "DEFINITION_INVALID", lambda: definitions.publish(**secret_key()))
+
+    def test_a_retired_document_that_no_longer_builds_at_reinstatement(self, registry):
+        registry.callback("temp.mapper", "initial_state", lambda payload: payload)
+        text = secret_text().replace("initialStep: wait", "initialStateMapper: temp.mapper\ninitialStep: wait")
+        definitions.load(scope=SECRET_SCOPE, text=text, metadata=SECRET_METADATA)
+        definitions.retire(**secret_key())
+        registry.undo()
+        refused(DefinitionError, "DEFINITION_INVALID", lambda: definitions.reinstate(**secret_key()))
+
+    def test_drift_at_publication(self):
+        secret_loaded()
+        DefinitionVersion.objects.update(plan_hash="0" * 64)
+        refused(DefinitionError, "DRIFT", lambda: definitions.publish(**secret_key()))
+
+    def test_drift_at_reinstatement(self):
+        secret_loaded()
+        definitions.retire(**secret_key())
+        DefinitionVersion.objects.update(plan_hash="f" * 64)
+        refused(Drift, "DRIFT", lambda: definitions.reinstate(**secret_key()))
+
+    def test_loader_missing(self):
+        secret_loaded()
+        definitions.retire(**secret_key())
+        DefinitionVersion.objects.update(format="toml")
+        refused(LoaderMissing, "LOADER_MISSING", lambda: definitions.reinstate(**secret_key()))
+
+    def test_pinned_instances(self):
+        secret_available()
+        definitions.deprecate(**secret_key())
+        Run.objects.create(scope=SECRET_SCOPE, definition_id="simple", version=1, plan_hash="h", status="WAITING")
+        refused(PinnedInstances, "PINNED_INSTANCES", lambda: definitions.retire(**secret_key()))
+
+    def test_a_claim_held_by_another_publisher(self):
+        from django.utils import timezone
+
+        secret_loaded()
+        DefinitionVersion.objects.update(
+            status="PUBLISHING", claim_token="00000000-0000-0000-0000-000000000001", claimed_at=timezone.now()
+        )
+        refused(LifecycleError, "INVALID_TRANSITION", lambda: definitions.publish(**secret_key()))
+
+    @pytest.mark.parametrize(
+        ("prepare", "operation"),
+        [
+            ("retired", "publish"),
+            ("loaded", "deprecate"),
+            ("available", "retire"),
+            ("available", "reinstate"),
+            ("loaded", "activate"),
+        ],
+    )
+    def test_invalid_transitions(self, prepare, operation):
+        if prepare == "retired":
+            secret_loaded()
+            definitions.retire(**secret_key())
+        elif prepare == "loaded":
+            secret_loaded()
+        else:
+            secret_available()
+        refused(LifecycleError, "INVALID_TRANSITION", lambda: getattr(definitions, operation)(**secret_key()))
+
+    @pytest.mark.parametrize("operation", ["deprecate", "retire"])
+    def test_the_default_scopes_current_version(self, operation):
+        # the default scope's key is the plain identifier "default"; the sentinel is in the
+        # text and source metadata this version was loaded with
+        secret_available(scope="default")
+        definitions.activate(**secret_key("default"))
+        if operation == "retire":
+            DefinitionVersion.objects.update(status="DEPRECATED")
+        refused(LifecycleError, "INVALID_TRANSITION", lambda: getattr(definitions, operation)(**secret_key("default")))
+
+    @pytest.mark.parametrize("operation", ["publish", "deprecate", "retire", "reinstate", "source_metadata"])
+    def test_a_missing_version(self, operation):
+        secret_loaded()
+        refused(
+            DefinitionMissing, "DEFINITION_MISSING", lambda: getattr(definitions, operation)(**secret_key(version=7))
+        )
+
+    def test_a_recording_only_node(self, settings):
+        settings.WORKFLOWS = {"EXECUTOR": {"ENABLED": False}}
+        conf.reload()
+        try:
+            refused(NodeRoleError, "NODE_ROLE", lambda: secret_loaded())
+        finally:
+            del settings.WORKFLOWS
+            conf.reload()
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            lambda: definitions.load(scope=f"{SENTINEL}\x07", text=secret_text()),
+            lambda: definitions.load(scope=SENTINEL * 20, text=secret_text()),
+            lambda: definitions.load(scope=f"{SENTINEL}\x00", text=secret_text()),
+            lambda: definitions.load(scope=SECRET_SCOPE, text=secret_text(), format=SENTINEL),
+            lambda: definitions.load(scope=SECRET_SCOPE, text=secret_text(), metadata={SENTINEL: "x"}),
+            lambda: definitions.load(scope=SECRET_SCOPE, text=secret_text(), metadata={"source_type": SENTINEL * 5}),
+            lambda: definitions.load(scope=SECRET_SCOPE, text=secret_text(), metadata={"upload_id": SENTINEL * 20}),
+            lambda: definitions.load(
+                scope=SECRET_SCOPE, text=secret_text(), metadata={"source_author": f"{SENTINEL}\x00"}
+            ),
+            lambda: definitions.publish(scope=SECRET_SCOPE, definition_id=f"{SENTINEL} id", version=1),
+            lambda: definitions.activate(**secret_key(), target_scope=f"other {SENTINEL}"),
+        ],
+        ids=[
+            "scope-control",
+            "scope-length",
+            "scope-nul",
+            "format",
+            "metadata-field",
+            "metadata-length",
+            "upload-id-length",
+            "metadata-nul",
+            "definition-id",
+            "target-scope",
+        ],
+    )
+    def test_invalid_arguments(self, call):
+        refused(InvalidArgument, "INVALID_ARGUMENT", call)
+        assert not DefinitionVersion.objects.exists()

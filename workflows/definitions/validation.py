@@ -495,6 +495,15 @@ def _human_task(obj: dict[str, Any], at: str, c: Checker) -> dict[str, Any]:
                 "set": _mutation(d, f"{at}/due", c),
                 "next": _ref(c, d, f"{at}/due", "next"),
             }
+    # The plan rule "reminders need an event recorder" holds for every plan here, so nothing is
+    # refused for it. The reference refuses a plan with task reminders when no WORKFLOW_EVENT
+    # side-effect recorder is installed, because that intent kind is optional there and a
+    # reminder's event would have nowhere to go. Here a reminder's event is a task notice: the
+    # segment that fires the REMINDER timer writes TASK_REMINDER_FIRED and a NOTIFY intent to
+    # the engine's own outbox in the same transaction, and the outbox delivers it (as mail to
+    # the assignees; a notice nobody can receive is recorded as delivered at once). No setting
+    # and no catalog removes that recorder, so every deployment has one. Checked here: the
+    # shape of `reminders` and a positive `every`.
     reminders = None
     if obj.get("reminders") is not None:
         r = c.fields(obj["reminders"], f"{at}/reminders", required=("every",), what="reminders")

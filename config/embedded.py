@@ -27,8 +27,10 @@ def database_settings() -> dict[str, Any]:
     os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
     import pgserver  # imported lazily: production never loads it
 
-    pgdata = DATA_DIR / "pg"
+    pgdata = (DATA_DIR / "pg").resolve()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
+    with pgserver.PostgresServer._lock:  # no process starts or stops a server meanwhile
+        _forget_stale_server(pgdata)
     server = pgserver.get_server(pgdata, cleanup_mode="stop")
     # Registered after pgserver's own exit hook, so it runs first (atexit is last-in,
     # first-out): the last live process then really is the last handle and stops the server.
@@ -46,6 +48,37 @@ def database_settings() -> dict[str, Any]:
         "HOST": str(socket_dir),
         "PORT": "",
     }
+
+
+def _forget_stale_server(pgdata: Path) -> None:
+    """Remove the record (``postmaster.pid`` and the socket's lock file) of a server that is
+    gone, so that pgserver starts a new one.
+
+    pgserver, and PostgreSQL itself, take the record for a running server as long as its pid
+    exists. After a crash that pid can be a zombie nobody reaps yet (a container's init), or
+    after a reboot another program's: pgserver would then join a server that is not there
+    (every connection refused) and, at exit, terminate that program. Only a live
+    ``postgres`` process started on this folder is the server.
+    """
+    record = pgdata / "postmaster.pid"
+    try:
+        lines = record.read_text().splitlines()
+        pid, port, socket_dir = int(lines[0]), lines[3].strip(), lines[4].strip()
+    except (FileNotFoundError, ValueError, IndexError):  # no record, or one pgserver rejects
+        return
+    import psutil
+
+    try:
+        server = psutil.Process(pid)
+        if server.status() != psutil.STATUS_ZOMBIE and server.name() == "postgres" and str(pgdata) in server.cmdline():
+            return
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.AccessDenied:  # cannot tell: leave the record to PostgreSQL's own check
+        return
+    if socket_dir:
+        (Path(socket_dir) / f".s.PGSQL.{port}.lock").unlink(missing_ok=True)
+    record.unlink(missing_ok=True)
 
 
 def _relax_durability(pgdata: Path, socket_dir: str) -> None:

@@ -49,3 +49,17 @@ def saga_undo(payload: Any, headers: dict[str, str]) -> None:
             time.sleep(0.05)
     with open(payload["undo_log"], "a") as log:
         log.write(json.dumps({"key": headers.get("idempotency-key", ""), "step": payload["step"]}) + "\n")
+
+
+@catalogs.callbacks.register("test.exit_while_gate", category="condition")
+def exit_while_gate(state: Any) -> bool:
+    """Ends the process running the segment at once (no cleanup: a crash mid-segment) while
+    the gate file named in the state exists, adding a line to ``<gate>.exits`` per crash."""
+    import os
+
+    gate = Path(state["gate"])
+    if gate.exists():
+        with gate.with_suffix(".exits").open("a") as exits:
+            exits.write(f"{os.getpid()}\n")
+        os._exit(1)
+    return True

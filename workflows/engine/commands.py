@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from workflows.engine import db
+from workflows.engine import db, observers
 from workflows.engine.actors import TIMER, Actor
 from workflows.engine.history import canonical
 
@@ -212,7 +212,9 @@ def cancel_timers(run_id: Any, *, timer_ids: list[int] | None = None, task_id: A
     if task_id is not None:
         clauses.append("t.task_id = %s")
         params.append(task_id)
-    return db.fetchdicts(_CANCEL_TIMERS.format(where=" AND ".join(clauses)), params)
+    rows = db.fetchdicts(_CANCEL_TIMERS.format(where=" AND ".join(clauses)), params)
+    observers.settled_on_commit(run_id, [(t["command_id"], "TIMER", "CANCELLED") for t in rows if t["settled"]])
+    return rows
 
 
 _CANCEL_TIMERS = (
@@ -221,7 +223,8 @@ _CANCEL_TIMERS = (
     "c AS (UPDATE workflow_commands c SET status = 'CANCELLED', token = NULL, lease_until = NULL, "
     "settled_at = now(), last_error = 'TIMER_CANCELLED: the wait was left' FROM t "
     "WHERE c.id = t.command_id AND c.status IN ('PENDING','DEFERRED','PARKED','DEAD') RETURNING c.id) "
-    "SELECT id, command_id, kind, step, branch_id, task_id FROM t"
+    "SELECT t.id, t.command_id, t.kind, t.step, t.branch_id, t.task_id, c.id IS NOT NULL AS settled "
+    "FROM t LEFT JOIN c ON c.id = t.command_id"
 )
 # Timers of several runs, by id (the caller holds every run's lock).
 CANCEL_TIMERS_BY_ID = _CANCEL_TIMERS.format(where="t.id = ANY(%s) AND t.status = 'SCHEDULED'")

@@ -60,20 +60,7 @@ class Head:
     run_status: str
 
 
-def settled(run_id: Any, command_id: int, kind: str, outcome: str, duration_ms: float = 0.0) -> None:
-    """Every settlement: one observer event and one log line (ids, kind, outcome, duration;
-    never a payload value)."""
-    observers.emit(observers.CommandSettled(str(run_id), command_id, kind, outcome, duration_ms))
-    log.info(
-        "command settled",
-        extra={
-            "run_id": str(run_id),
-            "command_id": command_id,
-            "kind": kind,
-            "outcome": outcome,
-            "duration_ms": round(duration_ms, 2),
-        },
-    )
+settled = observers.settled
 
 
 def executor_id() -> str:

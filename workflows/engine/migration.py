@@ -43,7 +43,7 @@ from django.db import transaction
 from workflows import conf
 from workflows.definitions import plan as p
 from workflows.definitions.plan import Plan
-from workflows.engine import db, driver, locks, segment, teardown, waits
+from workflows.engine import db, driver, locks, observers, segment, teardown, waits
 from workflows.engine.actors import Actor
 from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
 from workflows.exceptions import (
@@ -341,6 +341,7 @@ def _reject_undeclared_parked(drive: Drive, target_plan: Plan) -> None:
     )
     for command_id in refused:
         drive.history.add("COMMAND_REJECTED", command_id=command_id, actor=drive.actor, outcome="SIGNAL_REJECTED")
+    observers.settled_on_commit(drive.run["id"], [(c, "SIGNAL", "REJECTED") for c in refused])
     drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - len(refused))
 
 
@@ -370,6 +371,7 @@ def _cancel(drive: Drive, cmd: dict[str, Any], target: dict[str, Any]) -> None:
         if c["kind"] == "SIGNAL" and c["prior"] != "DEAD":
             held += 1
         drive.history.add("COMMAND_CANCELLED", command_id=c["id"], outcome="INSTANCE_CANCELLED", actor=drive.actor)
+    observers.settled_on_commit(run["id"], [(c["id"], c["kind"], "CANCELLED") for c in cancelled])
     run["open_signals"] = max(0, int(run["open_signals"]) - held)
     teardown._close_everything(drive, how="cancelled", task_status="CANCELLED")
     from django.utils import timezone

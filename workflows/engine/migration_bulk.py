@@ -25,7 +25,7 @@ from typing import Any
 
 from workflows.definitions import plan as p
 from workflows.definitions.plan import Plan
-from workflows.engine import commands, db, history, segment, wakeups
+from workflows.engine import commands, db, history, observers, segment, wakeups
 from workflows.engine.actors import TIMER, Actor
 from workflows.engine.drive import DeterministicFailure, Drive
 from workflows.engine.nodes import human_task
@@ -451,6 +451,12 @@ def _write(moves: list[_Move], rec: dict[str, Any], actor: Actor, executor: str)
         )
     )
     db.execute_batch(statements)
+    for m in moves:  # the MIGRATION command and the TIMER commands of the timers it disarmed
+        observers.settled_on_commit(
+            m.run["id"],
+            [(m.command_id, "MIGRATION", "COMPLETE")]
+            + [(t["command_id"], "TIMER", "CANCELLED") for t in m.disarmed if t["command_id"]],
+        )
     return {
         int(timer_id): at
         for timer_id, at in db.fetchall(

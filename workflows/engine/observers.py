@@ -78,3 +78,34 @@ def emit(event: Any) -> None:
             observer(event)
         except Exception:
             log.warning("workflow observer %r failed", getattr(observer, "__name__", observer), exc_info=True)
+
+
+def settled(run_id: Any, command_id: int, kind: str, outcome: str, duration_ms: float = 0.0) -> None:
+    """Every settlement: one observer event and one log line (ids, kind, outcome, duration;
+    never a payload value)."""
+    emit(CommandSettled(str(run_id), command_id, kind, outcome, duration_ms))
+    log.info(
+        "command settled",
+        extra={
+            "run_id": str(run_id),
+            "command_id": command_id,
+            "kind": kind,
+            "outcome": outcome,
+            "duration_ms": round(duration_ms, 2),
+        },
+    )
+
+
+def settled_on_commit(run_id: Any, rows: list[tuple[int, str, str]]) -> None:
+    """Settlements of commands other than the one a segment runs (timers disarmed, parked
+    signals applied or rejected, commands cancelled or superseded by a teardown or a
+    migration): reported once the transaction that settled them commits, never for a rollback."""
+    if not rows:
+        return
+    from django.db import transaction
+
+    def report() -> None:
+        for command_id, kind, outcome in rows:
+            settled(run_id, command_id, kind, outcome)
+
+    transaction.on_commit(report)

@@ -17,7 +17,7 @@ from django.db import transaction
 
 from workflows.definitions import plan as p
 from workflows.definitions.plan import Plan
-from workflows.engine import commands, db, driver, faults, locks, outbox, outcomes, teardown, waits
+from workflows.engine import commands, db, driver, faults, locks, observers, outbox, outcomes, teardown, waits
 from workflows.engine.actors import Actor
 from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
 from workflows.engine.evaluate import apply_set, evaluate
@@ -302,6 +302,7 @@ def apply_parked(drive: Drive, row: dict[str, Any]) -> bool:
                     "WHERE id = %s AND status = 'PARKED'",
                     [row["id"]],
                 )
+                observers.settled_on_commit(drive.run["id"], [(row["id"], "SIGNAL", "COMPLETE")])
                 drive.history.add(
                     "SIGNAL_APPLIED",
                     command_id=row["id"],
@@ -326,6 +327,7 @@ def apply_parked(drive: Drive, row: dict[str, Any]) -> bool:
             drive.history.add(
                 "COMMAND_REJECTED", command_id=row["id"], actor=drive.actor, outcome=exc.reason.split(":")[0]
             )
+            observers.settled_on_commit(drive.run["id"], [(row["id"], "SIGNAL", "REJECTED")])
             drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
             return False
         drive.history.add("COMMAND_COMPLETED", command_id=row["id"], actor=drive.actor)
@@ -598,6 +600,7 @@ def _apply_retry(drive: Drive, cmd: dict[str, Any]) -> Settle:
                     [start["id"]],
                 )
                 drive.history.add("COMMAND_SUPERSEDED", command_id=start["id"], actor=drive.actor)
+                observers.settled_on_commit(run["id"], [(start["id"], "START", "SUPERSEDED")])
             initialise(drive, start["payload"] if start else None)
             drive.decide(step=plan.initial_step, outcome="retry")
             outcome = driver.run_from(drive, plan.initial_step)

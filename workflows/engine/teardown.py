@@ -13,7 +13,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from workflows.engine import commands, db, locks, outbox
+from workflows.engine import commands, db, locks, observers, outbox
 from workflows.engine.actors import Actor
 from workflows.engine.drive import Drive
 from workflows.engine.history import HistoryBuffer
@@ -95,6 +95,7 @@ def settle_parked_and_dead(drive: Drive, *, status: str, reason: str) -> None:
             outcome=reason.split(":", 1)[0],
             actor=_actor_of(r),
         )
+    observers.settled_on_commit(drive.run["id"], [(r["id"], r["kind"], status) for r in rows])
     # a parked signal still holds its open-signal slot; a dead-lettered one released it
     held = sum(1 for r in rows if r["kind"] == "SIGNAL" and r["prior"] == "PARKED")
     drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - held)
@@ -151,6 +152,7 @@ def cancel_locked(run: dict[str, Any], *, actor: Actor, reason: str, executor_id
         if c["kind"] == "SIGNAL" and c["prior"] != "DEAD":
             open_signals += 1
         drive.history.add("COMMAND_CANCELLED", command_id=c["id"], outcome="INSTANCE_CANCELLED", actor=actor)
+    observers.settled_on_commit(run["id"], [(c["id"], c["kind"], "CANCELLED") for c in cancelled])
     run["open_signals"] = max(0, int(run["open_signals"]) - open_signals)
     _close_everything(drive, how="cancelled", task_status="CANCELLED")
     run["status"] = "CANCELLED"

@@ -33,7 +33,18 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 
 KINDS = ("START", "SIGNAL", "COMPLETION", "TIMER", "RETRY", "MIGRATION", "RESUME")
 # REQUEUE: a due date or reminder held back behind a completion went back to the queue
-OUTCOMES = ("COMPLETE", "PARKED", "REJECTED", "STALE", "FAILED", "DEAD", "CANCELLED", "OUTCOME_UNKNOWN", "REQUEUE")
+OUTCOMES = (
+    "COMPLETE",
+    "PARKED",
+    "REJECTED",
+    "STALE",
+    "FAILED",
+    "DEAD",
+    "CANCELLED",
+    "OUTCOME_UNKNOWN",
+    "REQUEUE",
+    "SUPERSEDED",
+)
 # a segment runs from milliseconds (a decision) to the lease (30 s by default)
 SEGMENT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
 SCRAPE_TIMEOUT_MS = 5000

@@ -14,6 +14,7 @@ import pytest
 from django.db import transaction
 
 from tests.engine import documents
+from tests.support.ops import make_due
 from tests.support.waiting import eventually
 from workflows import conf, operations
 from workflows.engine import db
@@ -107,21 +108,6 @@ def settle(run_id: Any, worker: Any) -> operations.IdleReport:
     report = operations.await_idle(60, run_id=run_id)
     assert report.idle, worker.logs()
     return report
-
-
-def make_due(run_id: Any, timer_kind: str) -> None:
-    """Move a run's timer into the past (the database clock decides what is due)."""
-    db.execute(
-        "UPDATE workflow_commands SET fire_at = now() - interval '1 second', order_at = now() - interval '1 second', "
-        "available_at = now() - interval '1 second' WHERE run_id = %s AND kind = 'TIMER' AND timer_kind = %s "
-        "AND status = 'PENDING'",
-        [run_id, timer_kind],
-    )
-    db.execute(
-        "UPDATE workflow_timers SET fire_at = now() - interval '1 second' WHERE run_id = %s AND kind = %s "
-        "AND status = 'SCHEDULED'",
-        [run_id, timer_kind],
-    )
 
 
 def test_signal_sent_before_the_wait_is_applied_once_through_the_worker(

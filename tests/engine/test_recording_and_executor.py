@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.engine import documents
+from tests.support.ops import make_due
 from workflows import operations
 from workflows.definitions import catalogs
 from workflows.engine import db, executor
@@ -43,21 +44,6 @@ def history_types(run_id: Any) -> list[str]:
 
 def statuses(run_id: Any) -> list[tuple[str, str]]:
     return list(Command.objects.filter(run_id=run_id).order_by("seq").values_list("kind", "status"))
-
-
-def make_due(run_id: Any, timer_kind: str) -> None:
-    """Move a run's timer into the past (the database clock decides what is due)."""
-    db.execute(
-        "UPDATE workflow_commands SET fire_at = now() - interval '1 second', order_at = now() - interval '1 second', "
-        "available_at = now() - interval '1 second' WHERE run_id = %s AND kind = 'TIMER' AND timer_kind = %s "
-        "AND status = 'PENDING'",
-        [run_id, timer_kind],
-    )
-    db.execute(
-        "UPDATE workflow_timers SET fire_at = now() - interval '1 second' WHERE run_id = %s AND kind = %s "
-        "AND status = 'SCHEDULED'",
-        [run_id, timer_kind],
-    )
 
 
 @pytest.mark.django_db(transaction=True)

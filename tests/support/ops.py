@@ -94,3 +94,18 @@ def closed_waits(*, definition_id: str, node: str, seconds: list[float], version
             "FROM workflow_runs ORDER BY created_at LIMIT 1",
             [definition_id, version, node, wait, i, i],
         )
+
+
+def make_due(run_id: Any, timer_kind: str) -> None:
+    """Move a run's timer into the past (the database clock decides what is due)."""
+    db.execute(
+        "UPDATE workflow_commands SET fire_at = now() - interval '1 second', order_at = now() - interval '1 second', "
+        "available_at = now() - interval '1 second' WHERE run_id = %s AND kind = 'TIMER' AND timer_kind = %s "
+        "AND status = 'PENDING'",
+        [run_id, timer_kind],
+    )
+    db.execute(
+        "UPDATE workflow_timers SET fire_at = now() - interval '1 second' WHERE run_id = %s AND kind = %s "
+        "AND status = 'SCHEDULED'",
+        [run_id, timer_kind],
+    )

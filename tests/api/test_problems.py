@@ -222,10 +222,6 @@ class TestProtocol:
         assert other.get(SCHEMA).status_code == 200
         cache.clear()
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="product bug: the schema view renders the problem with its YAML renderer, labelled problem+json",
-    )
     def test_a_throttled_schema_request_without_an_accept_header_is_json(self, monkeypatch: pytest.MonkeyPatch) -> None:
         cache.clear()
         monkeypatch.setattr(AnonRateThrottle, "rate", "1/minute", raising=False)

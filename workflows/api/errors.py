@@ -21,6 +21,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import Http404
 from rest_framework import exceptions, status
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from workflows.exceptions import WorkflowError
@@ -131,7 +132,27 @@ def _protocol_problem(exc: exceptions.APIException) -> Response:
 
 
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF's EXCEPTION_HANDLER: every error of the API becomes a problem+json response."""
+    """DRF's EXCEPTION_HANDLER: every error of the API becomes a problem+json response.
+
+    A view whose renderers do not speak JSON by default (the OpenAPI schema view answers YAML)
+    still answers its problems in JSON: the body must match the problem+json label.
+    """
+    response = _problem_for(exc)
+    request = context.get("request")
+    renderer = getattr(request, "accepted_renderer", None)
+    if request is not None and not _speaks_json(renderer):
+        request.accepted_renderer = JSONRenderer()
+        request.accepted_media_type = PROBLEM_CONTENT_TYPE
+    return response
+
+
+def _speaks_json(renderer: Any) -> bool:
+    if renderer is None:
+        return False
+    return renderer.format == "api" or "json" in str(renderer.media_type)
+
+
+def _problem_for(exc: Exception) -> Response:
     if isinstance(exc, WorkflowError):
         headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if exc.retryable else None
         return problem(

@@ -425,6 +425,7 @@ def test_reminders_of_a_task_in_a_fork_branch_compile():
         ({"every": "S3NT1NEL every day"}, "/steps/0/reminders/every", "duration"),
         ({}, "/steps/0/reminders/every", "required"),
         ({"every": "P1D", "count": 3}, "/steps/0/reminders/count", "unknown"),
+        ({"every": "P1D", "S3NT1NEL count!": 3}, "/steps/0/reminders", "unknown"),
         ("S3NT1NEL P1D", "/steps/0/reminders", "type"),
     ],
 )

@@ -30,6 +30,7 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 
 from workflows import conf
+from workflows.definitions.names import safe_path
 from workflows.exceptions import Violation
 
 MAX_VIOLATIONS = 100
@@ -311,7 +312,7 @@ def validate(schema: Any, instance: Any) -> list[Violation]:
         return [Violation("", "$ref", "the schema recurses without descending into the value")]
     for error in errors:
         keyword = str(error.validator)
-        at = pointer(error.absolute_path)
+        at = pointer(safe_path(error.absolute_path))
         if keyword == "required":
             present = error.instance if isinstance(error.instance, Mapping) else {}
             for name in (name for name in error.validator_value if name not in present):

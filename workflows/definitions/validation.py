@@ -100,7 +100,7 @@ class Checker:
         out: dict[str, Any] = {}
         for key, value in data.items():
             name = aliases.get(key, key)
-            here = f"{at}/{_escape(key)}"
+            here = f"{at}/{_escape(key)}" if is_safe(key) else at  # never repeat an unsafe key
             if name not in known:
                 self.add(here, "unknown", f"unknown field{echo(key)}")
                 continue

@@ -61,6 +61,14 @@ def test_evaluation_is_bounded():
     assert time.monotonic() - started < 10
 
 
+def test_the_budget_counts_every_node_visited():
+    """20,000 nodes: a map over 1,000 items (about 14 nodes each) fits, a filter over 2,000 does not."""
+    assert compile_expression("state.l.map(x, x * 2).size()", ["state"]).evaluate({"state": {"l": list(range(1000))}}) == 1000
+    with pytest.raises(ExpressionFailed) as caught:
+        compile_expression("state.l.filter(x, x > 5).size()", ["state"]).evaluate({"state": {"l": list(range(2000))}})
+    assert "budget" in caught.value.message
+
+
 def test_evaluation_failures_do_not_repeat_values():
     comp = compile_expression("state.total > 10", ["state"])
     with pytest.raises(ExpressionFailed) as caught:

@@ -33,7 +33,8 @@ def test_violations_are_pointer_and_keyword_only():
 
 
 def test_a_violation_under_a_key_the_caller_chose_points_at_its_object():
-    prices = {"type": "object", "additionalProperties": {"type": "object", "properties": {"amount": {"type": "integer"}}}}
+    entry = {"type": "object", "properties": {"amount": {"type": "integer"}}}
+    prices = {"type": "object", "additionalProperties": entry}
     found = validate(prices, {"sku 1 <S3NT1NEL>": {"amount": "x"}, "sku-2": {"amount": "y"}})
     assert [(v.pointer, v.type) for v in found] == [("", "type"), ("/sku-2/amount", "type")]
     assert all("S3NT1NEL" not in v.pointer + v.message for v in found)

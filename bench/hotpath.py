@@ -463,11 +463,24 @@ def latency(ctx: Context, n: int, rate: float) -> dict[str, Any]:
     )
     from_send = [(float(ended) - sent["sent"][tid]) * 1000 for tid, _, ended in rows]  # type: ignore[arg-type]
     from_record = [(float(ended) - float(rec)) * 1000 for _, rec, ended in rows]  # type: ignore[arg-type]
+    # the slowest completions' commands, to tell a slow segment from a wake-up that did not
+    # run its command (then the sweep ran it, 2-4 s later) or a retried attempt
+    slowest = probe.rows(
+        "SELECT round(extract(epoch FROM r.ended_at - c.recorded_at) * 1000)::int, c.attempts, c.claimed_by, "
+        "left(c.last_error, 60), round(extract(epoch FROM c.settled_at - c.recorded_at) * 1000)::int "
+        "FROM workflow_runs r JOIN workflow_commands c ON c.run_id = r.id AND c.kind = 'COMPLETION' "
+        "WHERE r.business_key LIKE %s ORDER BY r.ended_at - c.recorded_at DESC LIMIT 5",
+        (f"{tag}-%",),
+    )
     return {
         "n": n,
         "rate_per_s": rate,
         "completion_to_done_ms": measure.summary_ms(from_send),
         "recorded_at_to_ended_at_ms": measure.summary_ms(from_record),
+        "slowest": [
+            {"ms": ms, "attempts": attempts, "claimed_by": by, "last_error": error, "settled_after_ms": settled}
+            for ms, attempts, by, error, settled in slowest
+        ],
         "machine_busy_pct_before": round(busy_before, 1),
     }
 

@@ -45,6 +45,7 @@ import measure  # noqa: E402  (bench/ is on sys.path as this script's folder)
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/switchyard_bench"
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/5"
 RESERVED = {"", "postgres", "template0", "template1"}
+LATENCY_TAIL_KEEP_MS = 1000.0  # a paced completion slower than this keeps the worker logs
 
 
 def parse_args() -> argparse.Namespace:
@@ -239,7 +240,10 @@ def run_bench(args: argparse.Namespace, server_url: str, dbname: str, broker: st
         workers.stop()
         starter.close()
         probe.close()
-    if not args.keep_db:
+    tail_ms = ours.get("latency", {}).get("completion_to_done_ms", {}).get("max", 0.0)
+    if tail_ms > LATENCY_TAIL_KEEP_MS:
+        say(f"latency tail {tail_ms} ms: worker logs kept in {logdir}")
+    elif not args.keep_db:
         shutil.rmtree(logdir, ignore_errors=True)  # kept when the phases failed, for their logs
     result["ours"] = ours
 

@@ -73,3 +73,29 @@ steps:
     type: fail
     errorType: rejected
 """
+
+
+def gated(definition_id: str, condition: str) -> str:
+    """A decision whose condition is a test callback (``test.block_while_gate`` holds the
+    worker, ``test.exit_while_gate`` kills it) while a gate file exists, then a wait for ``go``."""
+    return f"""
+definitionId: {definition_id}
+definitionVersion: 1
+contract: {{name: {definition_id}.v1, signals: {{go: null}}}}
+stateSchema: {{type: object}}
+startPayloadSchema: {{type: object}}
+initialStep: check
+steps:
+  - id: check
+    type: decision
+    routes:
+      - condition: {condition}
+        to: wait-go
+    default: wait-go
+  - id: wait-go
+    type: wait-signal
+    signal: go
+    next: done
+  - id: done
+    type: complete
+"""

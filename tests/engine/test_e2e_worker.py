@@ -14,27 +14,7 @@ from workflows.models import Command, HistoryEntry, Run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-GATED = """
-definitionId: gated
-definitionVersion: 1
-contract: {name: gated.v1, signals: {go: null}}
-stateSchema: {type: object}
-startPayloadSchema: {type: object}
-initialStep: check
-steps:
-  - id: check
-    type: decision
-    routes:
-      - condition: test.block_while_gate
-        to: wait-go
-    default: wait-go
-  - id: wait-go
-    type: wait-signal
-    signal: go
-    next: done
-  - id: done
-    type: complete
-"""
+GATED = documents.gated("gated", "test.block_while_gate")
 
 
 def test_start_service_wait_signal_complete_through_the_worker(celery_worker_process: Any, deploy: Any) -> None:

@@ -55,27 +55,7 @@ steps:
 """
 
 # the first step's condition crashes the worker process while the gate file exists
-CRASHING = """
-definitionId: crashing
-definitionVersion: 1
-contract: {name: crashing.v1, signals: {go: null}}
-stateSchema: {type: object}
-startPayloadSchema: {type: object}
-initialStep: check
-steps:
-  - id: check
-    type: decision
-    routes:
-      - condition: test.exit_while_gate
-        to: wait-go
-    default: wait-go
-  - id: wait-go
-    type: wait-signal
-    signal: go
-    next: done
-  - id: done
-    type: complete
-"""
+CRASHING = documents.gated("crashing", "test.exit_while_gate")
 
 
 def history_types(run_id: Any) -> list[str]:

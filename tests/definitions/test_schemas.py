@@ -38,6 +38,9 @@ def test_a_violation_under_a_key_the_caller_chose_points_at_its_object():
     found = validate(prices, {"sku 1 <S3NT1NEL>": {"amount": "x"}, "sku-2": {"amount": "y"}})
     assert [(v.pointer, v.type) for v in found] == [("", "type"), ("/sku-2/amount", "type")]
     assert all("S3NT1NEL" not in v.pointer + v.message for v in found)
+    entry["required"] = ["amount"]
+    found = validate(prices, {"sku 1 <S3NT1NEL>": {}, "sku-2": {}})
+    assert [(v.pointer, v.type) for v in found] == [("", "required"), ("/sku-2/amount", "required")]
 
 
 def test_required_names_the_missing_property_pointer():

@@ -312,8 +312,10 @@ def validate(schema: Any, instance: Any) -> list[Violation]:
         return [Violation("", "$ref", "the schema recurses without descending into the value")]
     for error in errors:
         keyword = str(error.validator)
-        at = pointer(safe_path(error.absolute_path))
-        if keyword == "required":
+        path = list(error.absolute_path)
+        safe = safe_path(path)
+        at = pointer(safe)
+        if keyword == "required" and len(safe) == len(path):
             present = error.instance if isinstance(error.instance, Mapping) else {}
             for name in (name for name in error.validator_value if name not in present):
                 found.append(Violation(f"{at}/{escape(str(name))}", "required", "is required"))

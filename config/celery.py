@@ -7,5 +7,5 @@ from celery import Celery
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("switchyard")
-app.config_from_object("django.conf:settings", namespace="CELERY")
+app.config_from_object("config.celery_conf:CONF", namespace="CELERY")  # Django's CELERY_* settings
 app.autodiscover_tasks()

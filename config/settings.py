@@ -166,6 +166,8 @@ if os.environ.get("CELERY_BROKER_URL"):
         # every message has a sweep behind it (ids only, "may be lost without harm"): no
         # unacked bookkeeping in Redis, which cost two Redis round trips per message
         CELERY_BROKER_TRANSPORT_OPTIONS["ack_emulation"] = False
+    if CELERY_BROKER_URL.startswith("redis://"):
+        CELERY_BROKER_TRANSPORT = "config.broker:Transport"  # one Redis client per pool, not per publish
     EMBEDDED_BROKER = False
 else:
     _broker = embedded.broker_settings()

@@ -25,6 +25,7 @@ fence for status).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,11 +81,22 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def read(start_scope: str, definition_id: str) -> tuple[list[_Version], dict[str, tuple[str, int]]]:
-    """The selection read: (versions, {scope: (target scope, version)})."""
+Fetch = Callable[[str, dict[str, Any]], list[tuple[Any, ...]]]
+
+
+def _fetch_on_connection(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
-        cursor.execute(SELECTION_READ, {"id": definition_id, "scope": start_scope, "default": DEFAULT_SCOPE})
-        rows = cursor.fetchall()
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
+def read(
+    start_scope: str, definition_id: str, fetch: Fetch | None = None
+) -> tuple[list[_Version], dict[str, tuple[str, int]]]:
+    """The selection read: (versions, {scope: (target scope, version)}). ``fetch`` runs it
+    (the engine's recording passes its prepared-statement runner); by default Django's cursor."""
+    params = {"id": definition_id, "scope": start_scope, "default": DEFAULT_SCOPE}
+    rows = (fetch or _fetch_on_connection)(SELECTION_READ, params)
     versions: list[_Version] = []
     records: dict[str, tuple[str, int]] = {}
     for entry, scope, version, status, contract, failure, plan_hash, signals, start_schema, target in rows:
@@ -104,6 +116,7 @@ def select_for_start(
     version: int | None = None,
     target_scope: str | None = None,
     contract: str | None = None,
+    fetch: Fetch | None = None,
 ) -> Selection:
     """Choose the pin of a new run from one selection read (see the module docstring).
 
@@ -115,7 +128,7 @@ def select_for_start(
     check_definition_id(definition_id)
     if target_scope is not None and target_scope not in (start_scope, DEFAULT_SCOPE):
         raise DefinitionMissing("the target scope must be the start scope or the default scope")
-    versions, records = read(start_scope, definition_id)
+    versions, records = read(start_scope, definition_id, fetch)
     by_key = {(v.scope, v.version): v for v in versions}
 
     if version is not None:

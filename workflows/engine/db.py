@@ -218,6 +218,15 @@ def fetch_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[A
     """Several statements in one round trip (pipeline mode, bound on the server and prepared
     once they repeat); answers each statement's first row, or None when it returned none. They
     run in order; a failing statement skips the rest and raises."""
+    return _fetch_batch(statements, as_dicts=False)
+
+
+def fetchdict_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any] | None]:
+    """:func:`fetch_batch` answering each first row as a dict (column name → value)."""
+    return _fetch_batch(statements, as_dicts=True)
+
+
+def _fetch_batch(statements: Sequence[tuple[str, Sequence[Any]]], *, as_dicts: bool) -> list[Any]:
     if not statements:
         return []
     with _cursor(True) as first:
@@ -227,10 +236,15 @@ def fetch_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[A
             with raw.pipeline():
                 for cur, (sql, params) in zip(cursors, statements, strict=True):
                     cur.execute(sql, params)
-            rows: list[tuple[Any, ...] | None] = []
+            rows: list[Any] = []
             for cur, (sql, _) in zip(cursors, statements, strict=True):
                 row = cur.fetchone() if cur.description is not None else None
-                rows.append(decode_row(row, shape(cur, sql)[1]) if row is not None else None)
+                if row is None:
+                    rows.append(None)
+                    continue
+                cols, json_columns = shape(cur, sql)
+                decoded = decode_row(row, json_columns)
+                rows.append(dict(zip(cols, decoded, strict=True)) if as_dicts else decoded)
             return rows
         finally:
             for cur in cursors[1:]:

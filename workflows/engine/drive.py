@@ -48,6 +48,12 @@ class DeadlineExceeded(Exception):
     """The segment ran past its deadline (one margin before the lease ends)."""
 
 
+class RedoWithSavepoints(BaseException):
+    """Something escaped a savepoint of an optimistic drive (see ``Drive.savepoint``): the
+    segment's transaction rolls back whole and the segment runs again with real savepoints.
+    A BaseException, so no ``except Exception`` on the way up mistakes it for a failure."""
+
+
 class DeterministicFailure(Exception):
     """The application failed deterministically (payload, callback, expression, definition).
 
@@ -80,6 +86,9 @@ class Drive:
     branch: dict[str, Any] | None = None  # the branch row being driven (fork/join), else None
     branch_join: str = ""  # the join step that ends the branch's path
     last_outcome: Any = None  # the outcome of the latest drive (timers hand it to their caller)
+    # savepoints are taken only when something escapes them: a segment's first attempt (see
+    # ``savepoint``); inline drives in a caller's transaction always take them
+    optimistic: bool = False
 
     @classmethod
     def for_run(cls, run: dict[str, Any], plan: Plan | None, actor: Actor, **kwargs: Any) -> Drive:
@@ -178,6 +187,22 @@ class Drive:
     # --- savepoints ------------------------------------------------------------------
     @contextmanager
     def savepoint(self) -> Iterator[None]:
+        """Writes inside roll back alone when an exception escapes (the caller then settles the
+        command as rejected, and the transaction goes on).
+
+        An optimistic drive (a segment's first attempt) sends no SAVEPOINT: almost every
+        block completes, and a savepoint costs two round trips. When something does escape,
+        it raises ``RedoWithSavepoints`` instead: the whole segment rolls back and runs again
+        with real savepoints (``segment.run``), which ends exactly as a first attempt with
+        savepoints would have. A deadline overrun is not redone: it ends the segment anyway."""
+        if self.optimistic:
+            try:
+                yield
+            except DeadlineExceeded:
+                raise
+            except Exception as exc:
+                raise RedoWithSavepoints() from exc
+            return
         snapshot = {k: copy.deepcopy(self.run[k]) for k in MUTABLE}
         mark = self.history.mark()
         steps = self.steps

@@ -419,6 +419,7 @@ def _execute(head: Head, token: Any, plan: Plan | None, started: float) -> tuple
                 executor_id=executor_id(),
                 deadline=deadline,
                 max_steps=settings.MAX_STEPS_PER_SEGMENT,
+                kind=head.kind,
             )
         except segment.Busy:
             if time.monotonic() > deadline - margin:

@@ -33,6 +33,22 @@ LOCK_RUN = (
 TRY_LOCK_RUN = f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT"
 
 
+def lock_run_and_read(run_id: UUID | str, sql: str, params: list[Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """:func:`lock_run`, and one read under the lock in the same round trip (the read runs
+    after the lock is held, with a snapshot of its own): (run, the read's first row or None)."""
+    timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
+    try:
+        data, row = db.fetchdict_batch([(LOCK_RUN, [f"{int(timeout_ms)}ms", run_id]), (sql, params)])
+    except DatabaseError as exc:
+        if db.sqlstate(exc) in (db.LOCK_NOT_AVAILABLE, db.DEADLOCK):
+            raise LockTimeout("the run is busy; retry the whole transaction") from None
+        raise
+    if data is None:
+        raise InstanceNotFound("run not found")
+    data.pop("_bound", None)
+    return data, row
+
+
 def lock_run(run_id: UUID | str) -> dict[str, Any]:
     """Take the run's execution lock for the caller's transaction (waits ≤ LOCK_TIMEOUT_MS)."""
     timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
@@ -103,31 +119,42 @@ LOCK_WITH_COMMAND = (
 )
 
 
+# The task a COMPLETION reserves, locked after the run (lock order: run, then its tasks).
+TASK_OF_COMMAND = (
+    "SELECT id, step, branch_id, status, reservation_owner FROM workflow_tasks "
+    "WHERE id = (SELECT task_id FROM workflow_commands WHERE id = %s) FOR UPDATE"
+)
+
+
 def try_lock_run_with_command(
-    run_id: Any, command_id: int, token: Any, statement_timeout_ms: int
+    run_id: Any, command_id: int, token: Any, statement_timeout_ms: int, *, with_task: bool = False
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The segment's first statement: try-lock the run, read our claimed command (None when
-    the claim no longer stands) and set the statement deadline. (None, None) when busy."""
+    the claim no longer stands) and set the statement deadline. (None, None) when busy.
+    ``with_task`` (a COMPLETION) also locks and reads the command's task in the same round
+    trip, answered as the command's ``_task`` (None when there is none)."""
     from django.db import transaction
 
+    statements: list[tuple[str, list[Any]]] = [
+        (LOCK_WITH_COMMAND, [f"{int(statement_timeout_ms)}ms", command_id, token, command_id, run_id])
+    ]
+    if with_task:
+        statements.append((TASK_OF_COMMAND, [command_id]))
     try:
-        with db._cursor(True) as cur:
-            db.run(cur, LOCK_WITH_COMMAND, [f"{int(statement_timeout_ms)}ms", command_id, token, command_id, run_id])
-            row = cur.fetchone()
-            if row is not None:
-                cols, json_columns = db.shape(cur, LOCK_WITH_COMMAND)
-                row = db.decode_row(row, json_columns)
+        rows = db.fetchdict_batch(statements)
     except DatabaseError as exc:
         if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
             if connection.in_atomic_block:
                 transaction.set_rollback(True)
             return None, None
         raise
-    if row is None:
+    data = rows[0]
+    if data is None:
         raise InstanceNotFound("run not found")
-    data = dict(zip(cols, row, strict=True))
     data.pop("_deadline", None)
     command = data.pop("_command", None)
+    if command is not None and with_task:
+        command["_task"] = rows[1]
     more = bool(data.pop("_more", False))
     if command is not None:
         command["_more"] = more  # other runnable commands queued for this run (the executor loops)

@@ -120,8 +120,13 @@ def start(
         found = _dedup_find("START", dedup_scope, idempotency_key)
         if found is not None:
             return _replay_start(found, fp, version)
-    chosen = selection.select_for_start(start_scope=start_scope, definition_id=definition_id, version=version)
-    bounds.check_payload(payload)
+    # prepared, and the transaction's BEGIN travels with it (no round trip of its own)
+    chosen = selection.select_for_start(
+        start_scope=start_scope,
+        definition_id=definition_id,
+        version=version,
+        fetch=lambda sql, params: db.fetchall(sql, params, prepared=True),
+    )
     if chosen.start_schema:
         problems = schemas.validate(chosen.start_schema, payload)
         if problems:
@@ -327,17 +332,17 @@ def complete_task(
     if task is None:
         raise TaskNotFound("task not found")
     _task_decision_checks(task, decision, payload)
-    run = locks.lock_run(task["run_id"])
+    # the lock and the task's locked read in one round trip
+    run, task = locks.lock_run_and_read(
+        task["run_id"],
+        "SELECT id, run_id, status, decisions, assignment_mode, assignment_value, require_version_stability "
+        "FROM workflow_tasks WHERE id = %s FOR UPDATE",
+        [task_id],
+    )
     if idempotency_key:
         found = _dedup_find("COMPLETION", str(task_id), idempotency_key)
         if found is not None:
             return _replay(found, fp, "COMPLETION")
-    task = db.fetchdict(
-        "SELECT id, run_id, status, decisions, assignment_mode, assignment_value, require_version_stability "
-        "FROM workflow_tasks WHERE id = %s FOR UPDATE",
-        [task_id],
-        prepared=True,
-    )
     assert task is not None
     if task["status"] != "OPEN":
         raise TaskNotWaiting(f"task {task_id} is not waiting for a decision")

@@ -19,7 +19,7 @@ from workflows.definitions import plan as p
 from workflows.definitions.plan import Plan
 from workflows.engine import commands, db, driver, faults, locks, observers, outbox, outcomes, teardown, waits
 from workflows.engine.actors import Actor
-from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
+from workflows.engine.drive import DeterministicFailure, Drive, RedoWithSavepoints, StepLimitExceeded
 from workflows.engine.evaluate import apply_set, evaluate
 from workflows.engine.nodes.base import WAIT
 
@@ -65,14 +65,47 @@ class Settle:
 
 
 def run(
-    *, command_id: int, run_id: Any, token: Any, plan: Plan | None, executor_id: str, deadline: float, max_steps: int
+    *,
+    command_id: int,
+    run_id: Any,
+    token: Any,
+    plan: Plan | None,
+    executor_id: str,
+    deadline: float,
+    max_steps: int,
+    kind: str = "",
 ) -> Settle:
-    """Apply a claimed command in one transaction. Raises Busy/Fenced/DeadlineExceeded or the failure."""
+    """Apply a claimed command in one transaction. Raises Busy/Fenced/DeadlineExceeded or the failure.
+    ``kind`` (the claimed head's) lets a COMPLETION read its task with the lock.
+
+    The first attempt takes no savepoints (``Drive.optimistic``); when something escapes one,
+    the transaction rolls back whole and the segment runs again with them."""
+    args = (command_id, run_id, token, plan, executor_id, deadline, max_steps, kind)
+    try:
+        return _run(*args, optimistic=True)
+    except RedoWithSavepoints:
+        return _run(*args, optimistic=False)
+
+
+def _run(
+    command_id: int,
+    run_id: Any,
+    token: Any,
+    plan: Plan | None,
+    executor_id: str,
+    deadline: float,
+    max_steps: int,
+    kind: str,
+    *,
+    optimistic: bool,
+) -> Settle:
     with transaction.atomic():
         # one statement: the execution lock (first, so a busy lock aborts an empty
         # transaction), the fence on our claim, and the segment's statement deadline
         remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
-        run_row, cmd = locks.try_lock_run_with_command(run_id, command_id, token, remaining_ms)
+        run_row, cmd = locks.try_lock_run_with_command(
+            run_id, command_id, token, remaining_ms, with_task=kind == "COMPLETION"
+        )
         if run_row is None:
             raise Busy()
         if cmd is None:
@@ -90,6 +123,7 @@ def run(
             deadline=deadline,
             token=token,
         )
+        drive.optimistic = optimistic
         if cmd.get("reconcile_action") == "resolve":
             drive.resolved_effect = (cmd["target"] or {}).get("resolved_step", "") if cmd["kind"] != "SIGNAL" else ""
         settle = apply(drive, cmd)
@@ -343,11 +377,14 @@ def apply_parked(drive: Drive, row: dict[str, Any]) -> bool:
 def _apply_completion(drive: Drive, cmd: dict[str, Any]) -> Settle:
     plan = drive.plan
     assert plan is not None
-    task = db.fetchdict(
-        "SELECT id, step, branch_id, status, reservation_owner FROM workflow_tasks WHERE id = %s FOR UPDATE",
-        [cmd["task_id"]],
-        prepared=True,
-    )
+    if "_task" in cmd:  # read and locked with the run (segment.run)
+        task = cmd["_task"]
+    else:
+        task = db.fetchdict(
+            "SELECT id, step, branch_id, status, reservation_owner FROM workflow_tasks WHERE id = %s FOR UPDATE",
+            [cmd["task_id"]],
+            prepared=True,
+        )
     if task is None or task["status"] != "COMPLETING" or task["reservation_owner"] != cmd["id"]:
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="TASK_NOT_RESERVED")
         return Settle("STALE", "TASK_NOT_RESERVED: the task is not reserved by this completion")

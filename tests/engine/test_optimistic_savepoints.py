@@ -1,0 +1,123 @@
+"""A segment's first attempt takes no savepoints; a failure inside one redoes the segment with them.
+
+What an operator sees must not depend on it: a completion or a signal whose application fails
+deterministically is rejected with nothing of its application kept (the task open again, the
+wait still open, the state unchanged), exactly as with a savepoint from the start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from workflows import operations
+from workflows.models import Command, HistoryEntry, Park, Run, Task
+
+REVIEW = """
+definitionId: optimistic-review
+definitionVersion: 1
+contract: {name: optimistic.v1, signals: {}}
+stateSchema: {type: object}
+initialState: "{'number': 'A-1'}"
+initialStep: review
+steps:
+  - id: review
+    type: human-task
+    title: "Review"
+    assignment: {mode: group, value: approvers}
+    decisions:
+      - name: broken
+        set: "{'x': state.nothing.deeper}"
+        next: done
+      - name: approve
+        set: "{'approved': true}"
+        next: done
+  - id: done
+    type: complete
+"""
+
+PAYMENT = """
+definitionId: optimistic-payment
+definitionVersion: 1
+contract:
+  name: optimistic-payment.v1
+  signals:
+    paid: {type: object, properties: {amount: {type: number}}, required: [amount]}
+stateSchema: {type: object}
+initialState: "{'paid': 0.0}"
+initialStep: wait-payment
+steps:
+  - id: wait-payment
+    type: wait-signal
+    signal: paid
+    set: "{'paid': payload.nothing.deeper}"
+    next: done
+  - id: done
+    type: complete
+"""
+
+
+def savepoints(captured: CaptureQueriesContext) -> int:
+    return sum(1 for q in captured.captured_queries if q["sql"].lstrip().upper().startswith("SAVEPOINT"))
+
+
+def history_types(run_id: Any) -> list[str]:
+    return list(HistoryEntry.objects.filter(run_id=run_id).order_by("seq").values_list("type", flat=True))
+
+
+@pytest.mark.django_db(transaction=True)
+class TestOptimisticSegments:
+    def _waiting_task(self, deploy: Any, drain: Any) -> tuple[Any, Task]:
+        deploy(REVIEW)
+        recorded = operations.start(definition_id="optimistic-review", payload={})
+        drain(recorded.run_id)
+        task = Task.objects.get(run_id=recorded.run_id)
+        assert task.status == "OPEN"
+        return recorded.run_id, task
+
+    def test_a_completion_that_succeeds_takes_no_savepoint(self, deploy: Any, drain: Any) -> None:
+        run_id, task = self._waiting_task(deploy, drain)
+        operations.complete_task(task_id=task.id, decision="approve")
+        with CaptureQueriesContext(connection) as captured:
+            drain(run_id)
+        run = Run.objects.get(id=run_id)
+        assert run.status == "COMPLETED" and run.state.get("approved") is True
+        assert savepoints(captured) == 0
+
+    def test_a_completion_that_fails_is_rejected_with_nothing_of_it_kept(self, deploy: Any, drain: Any) -> None:
+        run_id, task = self._waiting_task(deploy, drain)
+        before = Run.objects.get(id=run_id)
+        operations.complete_task(task_id=task.id, decision="broken")
+        with CaptureQueriesContext(connection) as captured:
+            drain(run_id)
+        assert savepoints(captured) >= 1  # the redo took the savepoint
+        completion = Command.objects.get(run_id=run_id, kind="COMPLETION")
+        assert completion.status == "REJECTED" and completion.last_error.startswith("DETERMINISTIC_FAILURE")
+        task.refresh_from_db()
+        assert task.status == "OPEN" and task.decision in ("", None)
+        assert Park.objects.filter(run_id=run_id, left_at__isnull=True).count() == 1  # still waiting there
+        run = Run.objects.get(id=run_id)
+        assert run.status == "WAITING" and run.state == before.state and run.state_version == before.state_version
+        types = history_types(run_id)
+        assert types.count("COMMAND_RECEIVED") == 2  # the start's and the completion's, once each
+        assert "COMMAND_REJECTED" in types and "TASK_COMPLETED" not in types
+        # the task is still decidable
+        operations.complete_task(task_id=task.id, decision="approve")
+        drain(run_id)
+        assert Run.objects.get(id=run_id).status == "COMPLETED"
+
+    def test_a_signal_that_fails_is_rejected_and_the_run_keeps_waiting(self, deploy: Any, drain: Any) -> None:
+        deploy(PAYMENT)
+        recorded = operations.start(definition_id="optimistic-payment", payload={})
+        drain(recorded.run_id)
+        operations.signal(run_id=recorded.run_id, name="paid", payload={"amount": 5})
+        drain(recorded.run_id)
+        signal = Command.objects.get(run_id=recorded.run_id, kind="SIGNAL")
+        assert signal.status == "REJECTED"
+        run = Run.objects.get(id=recorded.run_id)
+        assert run.status == "WAITING" and run.state == {"paid": 0.0} and run.open_signals == 0
+        types = history_types(recorded.run_id)
+        assert "COMMAND_REJECTED" in types and "SIGNAL_RECEIVED" not in types

@@ -435,6 +435,21 @@ def throughput(ctx: Context, n: int) -> dict[str, Any]:
             "total": round((client_s + workers_s + pg_s) * 1000 / n, 2),
             "machine_total": round(((m1 - m0) + (m3 - m2)) * 1000 / n, 2),
         },
+        # each phase alone: where a phase's CPU goes (phase 2's client is the completer)
+        "cpu_ms_per_run_by_phase": {
+            "phase1": {
+                "client": round((c1 - c0) * 1000 / n, 2),
+                "workers": round((w1 - w0) * 1000 / n, 2),
+                "postgres_backends": round(pg1 * 1000 / n, 2),
+                "machine_total": round((m1 - m0) * 1000 / n, 2),
+            },
+            "phase2": {
+                "client": round(sent["cpu_s"] * 1000 / n, 2),
+                "workers": round((w3 - w2) * 1000 / n, 2),
+                "postgres_backends": round(pg3 * 1000 / n, 2),
+                "machine_total": round((m3 - m2) * 1000 / n, 2),
+            },
+        },
         "transactions_per_run": round((xacts1 - xacts0 - own) / n, 2),
         "xids_per_run_cluster_wide": round((xid1 - xid0 - 1) / n, 2),
         "machine_busy_pct_before": round(busy_before, 1),

@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> None:
     xacts = x1 - x0 - (probe.own_xacts - own0) - 1  # the batch's open-task read
     n = args.n
     if profile:
-        pstats.Stats(profile).sort_stats(args.profile).print_stats(40)
+        pstats.Stats(profile).sort_stats(args.profile).print_stats(int(os.environ.get("PROFILE_LINES", "40")))
     with connection.cursor() as cur:
         cur.execute("SELECT count(*) FROM workflow_outbox WHERE status <> 'DELIVERED'")
         undelivered = cur.fetchone()[0]

@@ -121,3 +121,58 @@ class TestOptimisticSegments:
         assert run.status == "WAITING" and run.state == {"paid": 0.0} and run.open_signals == 0
         types = history_types(recorded.run_id)
         assert "COMMAND_REJECTED" in types and "SIGNAL_RECEIVED" not in types
+
+
+@pytest.mark.django_db(transaction=True)
+class TestSegmentEnd:
+    """The settlement, history, run row and commit travel together; the settlement's fence
+    still decides whether anything of the segment is kept."""
+
+    def test_a_segment_whose_claim_was_taken_back_commits_nothing(self, deploy: Any, monkeypatch: Any) -> None:
+        import time
+
+        import psycopg
+        from django.conf import settings
+
+        from workflows.engine import executor, faults, segment
+
+        deploy(REVIEW)
+        recorded = operations.start(definition_id="optimistic-review", payload={})
+        claimed = executor.claim_run_head(recorded.run_id)
+        assert not isinstance(claimed, str)
+        head, token = claimed
+        db = settings.DATABASES["default"]
+        other = psycopg.connect(
+            host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"], autocommit=True
+        )
+        original = faults.point
+
+        def lease_recovered_meanwhile(name: str) -> None:
+            # the lease lapsed and recovery put the command back: our settlement finds no claim
+            if name == "before_settle":
+                other.execute(
+                    "UPDATE workflow_commands SET status = 'PENDING', token = NULL, lease_until = NULL WHERE id = %s",
+                    [head.id],
+                )
+            original(name)
+
+        monkeypatch.setattr(faults, "point", lease_recovered_meanwhile)
+        try:
+            with pytest.raises(segment.Fenced):
+                segment.run(
+                    command_id=head.id,
+                    run_id=head.run_id,
+                    token=token,
+                    plan=executor._plan_for(head),
+                    executor_id="test",
+                    deadline=time.monotonic() + 20,
+                    max_steps=100,
+                    kind=head.kind,
+                )
+        finally:
+            other.close()
+        run = Run.objects.get(id=recorded.run_id)
+        assert run.status == "PENDING" and run.history_seq == 0  # nothing of the segment was kept
+        assert HistoryEntry.objects.filter(run_id=recorded.run_id).count() == 0
+        assert not Task.objects.filter(run_id=recorded.run_id).exists()
+        assert Command.objects.get(id=head.id).status == "PENDING"

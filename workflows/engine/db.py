@@ -214,6 +214,38 @@ def execute_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
         return int(first.rowcount)
 
 
+CLAIM_FENCE_FAILED = "WF001"  # raised by workflow_claim_fence() (migration 0009)
+
+
+def execute_fenced_and_commit(statements: Sequence[tuple[str, Sequence[Any]]]) -> bool:
+    """A segment's last round trip: the statements as one (data-modifying CTEs), the first of
+    which must update exactly one row, then COMMIT in the same pipeline. Answers False — and
+    nothing is committed — when the first updated no row (``workflow_claim_fence`` raises, the
+    transaction aborts, and the COMMIT rolls it back).
+
+    The caller's ``transaction.atomic()`` then finds the transaction already ended: Django's
+    commit at its exit is a no-op for psycopg (the connection is idle), and it runs the
+    on-commit callbacks as usual. Nothing may run on the connection between this and that exit.
+    """
+    parts: list[str] = []
+    params: list[Any] = []
+    for i, (sql, p) in enumerate(statements):
+        parts.append(f"s{i} AS ({sql}{' RETURNING 1' if i == 0 else ''})")
+        params.extend(p)
+    sql = "WITH " + ", ".join(parts) + " SELECT workflow_claim_fence((SELECT count(*) FROM s0))"
+    try:
+        with _cursor(True) as cur:
+            raw = cur.connection
+            with raw.pipeline():
+                cur.execute(sql, params)
+                raw.commit()
+    except DatabaseError as exc:
+        if sqlstate(exc) == CLAIM_FENCE_FAILED:
+            return False
+        raise
+    return True
+
+
 def fetch_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[Any, ...] | None]:
     """Several statements in one round trip (pipeline mode, bound on the server and prepared
     once they repeat); answers each statement's first row, or None when it returned none. They

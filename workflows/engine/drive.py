@@ -223,9 +223,18 @@ class Drive:
             raise
 
     # --- persistence -----------------------------------------------------------------
+    def save_and_commit(self, settlement: tuple[str, list[Any]]) -> bool:
+        """A segment's end: the settlement (fenced on the claim), the history and the run row
+        as one statement, and the commit, in one round trip. False (nothing committed) when
+        the settlement updated no row: the claim no longer stands."""
+        return db.execute_fenced_and_commit(self._statements(settlement))
+
     def save(self, *, first: tuple[str, list[Any]] | None = None) -> int:
         """Write the history and the run row in one round trip. ``first`` (the command's
         settlement) runs before them and its rowcount is answered."""
+        return db.execute_batch(self._statements(first))
+
+    def _statements(self, first: tuple[str, list[Any]] | None) -> list[tuple[str, Any]]:
         statements: list[tuple[str, Any]] = [first] if first is not None else []
         history = self.history.flush_statement()
         if history is not None:
@@ -262,4 +271,4 @@ class Drive:
                 ],
             )
         )
-        return db.execute_batch(statements)
+        return statements

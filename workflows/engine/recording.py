@@ -163,7 +163,7 @@ def start(
         ],
     )
     # the run row already counts the START's position (next_seq 2): no second write of it;
-    # both rows go in one round trip
+    # both rows go in one statement (the run's insert as a data-modifying CTE)
     run = {"id": run_id, "next_seq": 1, "open_signals": 0}
     sql, params, seq = commands.insert_statement(
         run,
@@ -174,7 +174,9 @@ def start(
         fp=fp,
         context=context,
     )
-    cmd = commands.inserted(db.fetch_batch([run_row, (sql, params)])[1], seq, "START")
+    cmd = commands.inserted(
+        db.fetchone(f"WITH r AS ({run_row[0]}) {sql}", [*run_row[1], *params], prepared=True), seq, "START"
+    )
     if idempotency_key:
         db.execute(
             "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'START' AND scope = %s AND key = %s",
@@ -376,20 +378,17 @@ def complete_task(
         fp=fp,
         persist_counters=True,
     )
-    # the command and the task's reservation in one round trip: the reservation names the
-    # command by its position, which the insert before it in the same transaction took
-    rows = db.fetch_batch(
-        [
-            (sql, params),
-            (
-                "UPDATE workflow_tasks SET status = 'COMPLETING', reservation_owner = (SELECT id FROM "
-                "workflow_commands WHERE run_id = %s AND seq = %s), updated_at = now() "
-                "WHERE id = %s AND status = 'OPEN'",
-                [run["id"], seq, task_id],
-            ),
-        ]
+    # the command and the task's reservation in one statement: the reservation names the
+    # command the statement's CTE ``c`` inserts
+    tail = " SELECT * FROM c"
+    assert sql.endswith(tail)
+    row = db.fetchone(
+        sql[: -len(tail)] + ", t AS (UPDATE workflow_tasks SET status = 'COMPLETING', reservation_owner = "
+        "(SELECT id FROM c), updated_at = now() WHERE id = %s AND status = 'OPEN')" + tail,
+        [*params, task_id],
+        prepared=True,
     )
-    cmd = commands.inserted(rows[0], seq, "COMPLETION")
+    cmd = commands.inserted(row, seq, "COMPLETION")
     if idempotency_key:
         db.execute(
             "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'COMPLETION' AND scope = %s AND key = %s",

@@ -129,9 +129,9 @@ def _run(
         settle = apply(drive, cmd)
         faults.point("before_settle")
         faults.segment_settling(segment_log, command_id, token, settle.status)
-        # the settlement, the history and the run row in one round trip; a settlement that
-        # updates no row (the claim no longer stands) rolls everything back
-        if drive.save(first=settlement(drive, cmd, settle)) != 1:
+        # the settlement, the history, the run row and the commit in one round trip; a
+        # settlement that updates no row (the claim no longer stands) rolls everything back
+        if not drive.save_and_commit(settlement(drive, cmd, settle)):
             raise Fenced()
         settle.more = bool(cmd.get("_more"))
         return settle

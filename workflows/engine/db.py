@@ -214,6 +214,17 @@ def execute_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
         return int(first.rowcount)
 
 
+def fused(statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[str, list[Any]]:
+    """Independent writes as one statement (data-modifying CTEs). They share one snapshot: no
+    statement may need to see another's effect, and none may have a WITH of its own."""
+    parts: list[str] = []
+    params: list[Any] = []
+    for i, (sql, p) in enumerate(statements):
+        parts.append(f"s{i} AS ({sql})")
+        params.extend(p)
+    return "WITH " + ", ".join(parts) + " SELECT 1", params
+
+
 CLAIM_FENCE_FAILED = "WF001"  # raised by workflow_claim_fence() (migration 0009)
 
 

@@ -89,6 +89,9 @@ class Drive:
     # savepoints are taken only when something escapes them: a segment's first attempt (see
     # ``savepoint``); inline drives in a caller's transaction always take them
     optimistic: bool = False
+    # what the run still holds, read with the leaving of its wait when the drive goes straight
+    # on to end the run (``waits.leave``); consumed by ``teardown.end_run``
+    open_things: dict[str, bool] | None = None
 
     @classmethod
     def for_run(cls, run: dict[str, Any], plan: Plan | None, actor: Actor, **kwargs: Any) -> Drive:
@@ -213,6 +216,7 @@ class Drive:
             with transaction.atomic():
                 yield
         except BaseException:
+            self.open_things = None
             self.run.update(snapshot)
             self.history.truncate(mark)
             self.steps = steps

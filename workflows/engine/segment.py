@@ -432,7 +432,10 @@ def apply_decision(drive: Drive, task: dict[str, Any], target: dict[str, Any]) -
         "updated_at = now() WHERE id = %s",
         [name, (target.get("completed_by") or drive.actor.id or "")[:255], task["id"]],
     )
-    waits.leave(drive, "decision", along=[completed])  # one round trip for the park and the task
+    # one statement for the park and the task; when the decision leads straight to the run's
+    # end, what the run still holds is read in the same round trip
+    ends = drive.branch is None and isinstance(plan.steps.get(chosen.next), p.CompleteStep)
+    waits.leave(drive, "decision", along=[completed], read_open_things=ends)
     drive.history.add(
         "TASK_COMPLETED",
         step=step.id,

@@ -117,7 +117,8 @@ def end_run(drive: Drive, status: str, *, how: str = "ended", code: str = "", me
     run["status"] = status
     if status in ENDED:
         run["ended_at"] = timezone.now()
-        found = open_things(run["id"])
+        # read with the wait's leaving when the run went straight from it to its end
+        found, drive.open_things = drive.open_things or open_things(run["id"]), None
         _close_everything(drive, how=how, task_status="WITHDRAWN", found=found)
         if found["settle"]:
             settle_parked_and_dead(drive, status="REJECTED", reason="INSTANCE_ENDED: the run has ended")

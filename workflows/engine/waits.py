@@ -81,18 +81,32 @@ def timer_added(drive: Drive, wait: dict[str, Any], timer: dict[str, Any]) -> di
 
 
 def leave(
-    drive: Drive, how: str, *, keep_timer: int | None = None, along: Sequence[tuple[str, Any]] = ()
+    drive: Drive,
+    how: str,
+    *,
+    keep_timer: int | None = None,
+    along: Sequence[tuple[str, Any]] = (),
+    read_open_things: bool = False,
 ) -> dict[str, Any] | None:
     """Leave the current wait: close its park and cancel its timers (except the one firing).
-    ``along``: the caller's own writes, sent in the same round trip as the park's."""
+    ``along``: the caller's own writes on other tables, in the same statement as the park's.
+    ``read_open_things``: the caller goes straight on to end the run; what the run still holds
+    (``teardown.OPEN_THINGS``) is read in the same round trip, after the writes, and kept for
+    ``teardown.end_run`` (``drive.open_things``) — unless timers are still to be cancelled."""
     wait = drive.run.get("wait")
     park = close_park_statement(wait.get("park"), how) if wait else None
     statements = ([park] if park is not None else []) + list(along)
-    if statements:
+    timer_ids = [t for t in (wait or {}).get("timers", []) if t != keep_timer]
+    if len(statements) > 1:
+        statements = [db.fused(statements)]
+    if statements and read_open_things and not timer_ids:
+        from workflows.engine import teardown
+
+        drive.open_things = db.fetchdict_batch([*statements, (teardown.OPEN_THINGS, {"r": drive.run["id"]})])[-1]
+    elif statements:
         db.execute_batch(statements)
     if not wait:
         return None
-    timer_ids = [t for t in wait.get("timers", []) if t != keep_timer]
     if timer_ids:
         cancelled = commands.cancel_timers(drive.run["id"], timer_ids=timer_ids)
         for t in cancelled:

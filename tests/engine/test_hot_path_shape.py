@@ -1,8 +1,13 @@
-"""A segment's first attempt takes no savepoints; a failure inside one redoes the segment with them.
+"""The hot path's shape (fewer round trips) must not change what anyone observes.
 
-What an operator sees must not depend on it: a completion or a signal whose application fails
-deterministically is rejected with nothing of its application kept (the task open again, the
-wait still open, the state unchanged), exactly as with a savepoint from the start.
+- A segment's first attempt takes no savepoints; a failure inside one redoes the segment with
+  them: a completion or a signal whose application fails deterministically is still rejected
+  with nothing of its application kept (the task open again, the wait still open, the state
+  unchanged), exactly as with a savepoint from the start.
+- A segment's settlement, history, run row and commit travel together; the claim fence still
+  decides whether anything is kept.
+- A recording that opened its own transaction sends the commit with its last statement; in a
+  caller's transaction it commits nothing, and a caller's rollback takes it back.
 """
 
 from __future__ import annotations
@@ -176,3 +181,62 @@ class TestSegmentEnd:
         assert HistoryEntry.objects.filter(run_id=recorded.run_id).count() == 0
         assert not Task.objects.filter(run_id=recorded.run_id).exists()
         assert Command.objects.get(id=head.id).status == "PENDING"
+
+
+@pytest.mark.django_db(transaction=True)
+class TestRecordingCommit:
+    def _other_connection(self) -> Any:
+        import psycopg
+        from django.conf import settings
+
+        db = settings.DATABASES["default"]
+        return psycopg.connect(
+            host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"], autocommit=True
+        )
+
+    def test_recordings_of_their_own_are_committed_and_then_wake_the_run(self, deploy: Any, drain: Any) -> None:
+        from workflows.engine import wakeups
+
+        deploy(REVIEW)
+        other = self._other_connection()
+        seen: list[tuple[str, int]] = []
+
+        def notifier(items: list[Any]) -> None:  # runs after the commit: another session sees the rows
+            for run_id, _ in items:
+                row = other.execute(
+                    "SELECT count(*) FROM workflow_commands WHERE run_id = %s AND status = 'PENDING'", [run_id]
+                ).fetchone()
+                seen.append((str(run_id), row[0] if row else 0))
+
+        previous = (wakeups._notifier, wakeups._intent_notifier)
+        wakeups.set_notifier(notifier, None)
+        try:
+            recorded = operations.start(definition_id="optimistic-review", payload={})
+            assert seen == [(str(recorded.run_id), 1)]  # the START, committed before the wake-up
+            drain(recorded.run_id)
+            task = Task.objects.get(run_id=recorded.run_id)
+            seen.clear()
+            completion = operations.complete_task(task_id=task.id, decision="approve")
+            assert seen == [(str(recorded.run_id), 1)]  # the COMPLETION
+        finally:
+            wakeups.set_notifier(*previous)
+            other.close()
+        task.refresh_from_db()
+        assert task.status == "COMPLETING" and task.reservation_owner == completion.command_id
+
+    def test_recordings_in_a_callers_transaction_roll_back_with_it(self, deploy: Any, drain: Any) -> None:
+        from django.db import transaction
+
+        deploy(REVIEW)
+        with pytest.raises(RuntimeError), transaction.atomic():
+            operations.start(definition_id="optimistic-review", payload={}, business_key="rolled-back")
+            raise RuntimeError("the caller fails after the start")
+        assert not Run.objects.filter(business_key="rolled-back").exists()
+        recorded = operations.start(definition_id="optimistic-review", payload={})
+        drain(recorded.run_id)
+        task = Task.objects.get(run_id=recorded.run_id)
+        with pytest.raises(RuntimeError), transaction.atomic():
+            operations.complete_task(task_id=task.id, decision="approve")
+            raise RuntimeError("the caller fails after the completion")
+        task.refresh_from_db()
+        assert task.status == "OPEN" and not Command.objects.filter(run_id=recorded.run_id, kind="COMPLETION").exists()

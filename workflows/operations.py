@@ -33,7 +33,7 @@ __all__ = [
 
 def _tx(operation: str, fn: Any, **kwargs: Any) -> Any:
     try:
-        with transaction.atomic():
+        with transaction.atomic(), db.owned_transaction():
             return fn(**kwargs)
     except DatabaseError as exc:
         raise db.map_database_error(exc, operation) from None

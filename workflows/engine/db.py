@@ -7,6 +7,7 @@ module keeps the cursor handling, JSON parameters and error mapping in one place
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
@@ -212,6 +213,49 @@ def execute_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
             for cur in rest:
                 cur.close()
         return int(first.rowcount)
+
+
+# An operation that opened the transaction itself (``operations``, not a caller's atomic
+# block) may send COMMIT with its last statement: one round trip less per recording.
+_owner = threading.local()
+
+
+@contextmanager
+def owned_transaction() -> Iterator[None]:
+    """Inside ``transaction.atomic()``: note whether that block opened the transaction (it is
+    the only one), so the recording's last statement may carry the commit (``may_commit``)."""
+    blocks = connection.atomic_blocks
+    previous = getattr(_owner, "block", None)
+    _owner.block = blocks[-1] if len(blocks) == 1 else None
+    try:
+        yield
+    finally:
+        _owner.block = previous
+
+
+def may_commit() -> bool:
+    """The transaction was opened by the current operation, which is at its end: no caller's
+    block around it, no savepoint open, nothing marked for rollback."""
+    block = getattr(_owner, "block", None)
+    return (
+        block is not None
+        and connection.atomic_blocks == [block]
+        and not connection.savepoint_ids
+        and not connection.needs_rollback
+    )
+
+
+def fetchone_and_commit(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    """An operation's last statement and COMMIT in one round trip (``may_commit`` must hold).
+    Its ``transaction.atomic()`` then commits nothing more and runs the on-commit callbacks;
+    nothing may run on the connection before that block exits."""
+    with _cursor(True) as cur:
+        raw = cur.connection
+        with raw.pipeline():
+            cur.execute(sql, params)
+            raw.commit()
+        row = cur.fetchone()
+        return decode_row(row, shape(cur, sql)[1]) if row is not None else None
 
 
 def fused(statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[str, list[Any]]:

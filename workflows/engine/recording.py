@@ -174,9 +174,13 @@ def start(
         fp=fp,
         context=context,
     )
-    cmd = commands.inserted(
-        db.fetchone(f"WITH r AS ({run_row[0]}) {sql}", [*run_row[1], *params], prepared=True), seq, "START"
-    )
+    both = (f"WITH r AS ({run_row[0]}) {sql}", [*run_row[1], *params])
+    if not idempotency_key and db.may_commit():
+        _absent(actor, "START")
+        cmd = commands.inserted(db.fetchone_and_commit(*both), seq, "START")  # the commit travels with it
+        wakeups.wake(run_id)
+        return Recorded(str(run_id), cmd["id"], "START", "PENDING", cmd["seq"])
+    cmd = commands.inserted(db.fetchone(*both, prepared=True), seq, "START")
     if idempotency_key:
         db.execute(
             "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'START' AND scope = %s AND key = %s",
@@ -382,13 +386,17 @@ def complete_task(
     # command the statement's CTE ``c`` inserts
     tail = " SELECT * FROM c"
     assert sql.endswith(tail)
-    row = db.fetchone(
+    both = (
         sql[: -len(tail)] + ", t AS (UPDATE workflow_tasks SET status = 'COMPLETING', reservation_owner = "
         "(SELECT id FROM c), updated_at = now() WHERE id = %s AND status = 'OPEN')" + tail,
         [*params, task_id],
-        prepared=True,
     )
-    cmd = commands.inserted(row, seq, "COMPLETION")
+    if not idempotency_key and db.may_commit():
+        _absent(actor, "COMPLETION")
+        cmd = commands.inserted(db.fetchone_and_commit(*both), seq, "COMPLETION")  # the commit travels with it
+        wakeups.wake(run["id"])
+        return Recorded(str(run["id"]), cmd["id"], "COMPLETION", "PENDING", cmd["seq"])
+    cmd = commands.inserted(db.fetchone(*both, prepared=True), seq, "COMPLETION")
     if idempotency_key:
         db.execute(
             "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'COMPLETION' AND scope = %s AND key = %s",

@@ -9,6 +9,8 @@ caller run before its children (teardown goes top-down).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
 
@@ -33,43 +35,46 @@ LOCK_RUN = (
 TRY_LOCK_RUN = f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT"
 
 
-def lock_run_and_read(run_id: UUID | str, sql: str, params: list[Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """:func:`lock_run`, and one read under the lock in the same round trip (the read runs
-    after the lock is held, with a snapshot of its own): (run, the read's first row or None)."""
-    timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
+@contextmanager
+def _waiting_lock() -> Iterator[None]:
+    """A lock wait that timed out (or deadlocked) is the run being busy: retry the transaction."""
     try:
-        data, row = db.fetchdict_batch([(LOCK_RUN, [f"{int(timeout_ms)}ms", run_id]), (sql, params)])
+        yield
     except DatabaseError as exc:
         if db.sqlstate(exc) in (db.LOCK_NOT_AVAILABLE, db.DEADLOCK):
             raise LockTimeout("the run is busy; retry the whole transaction") from None
         raise
+
+
+def _locked(data: dict[str, Any] | None) -> dict[str, Any]:
     if data is None:
         raise InstanceNotFound("run not found")
     data.pop("_bound", None)
-    return data, row
+    return data
+
+
+def lock_run_and_read(run_id: UUID | str, sql: str, params: list[Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """:func:`lock_run`, and one read under the lock in the same round trip (the read runs
+    after the lock is held, with a snapshot of its own): (run, the read's first row or None)."""
+    timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
+    with _waiting_lock():
+        data, row = db.fetchdict_batch([(LOCK_RUN, [f"{int(timeout_ms)}ms", run_id]), (sql, params)])
+    return _locked(data), row
 
 
 def lock_run(run_id: UUID | str) -> dict[str, Any]:
     """Take the run's execution lock for the caller's transaction (waits ≤ LOCK_TIMEOUT_MS)."""
     timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
-    try:
-        with db._cursor(True) as cur:
-            # SET LOCAL, evaluated in the scan below the row lock, so the bound applies to this
-            # very wait; it holds for the rest of the transaction (lock waits only)
-            db.run(cur, LOCK_RUN, [f"{int(timeout_ms)}ms", run_id])
-            row = cur.fetchone()
-            if row is not None:
-                cols, json_columns = db.shape(cur, LOCK_RUN)
-                row = db.decode_row(row, json_columns)
-    except DatabaseError as exc:
-        if db.sqlstate(exc) in (db.LOCK_NOT_AVAILABLE, db.DEADLOCK):
-            raise LockTimeout("the run is busy; retry the whole transaction") from None
-        raise
-    if row is None:
-        raise InstanceNotFound("run not found")
-    data = dict(zip(cols, row, strict=True))
-    data.pop("_bound", None)
-    return data
+    data = None
+    with _waiting_lock(), db._cursor(True) as cur:
+        # SET LOCAL, evaluated in the scan below the row lock, so the bound applies to this
+        # very wait; it holds for the rest of the transaction (lock waits only)
+        db.run(cur, LOCK_RUN, [f"{int(timeout_ms)}ms", run_id])
+        row = cur.fetchone()
+        if row is not None:
+            cols, json_columns = db.shape(cur, LOCK_RUN)
+            data = dict(zip(cols, db.decode_row(row, json_columns), strict=True))
+    return _locked(data)
 
 
 def try_lock_run(run_id: UUID | str, *, first: bool = True) -> dict[str, Any] | None:

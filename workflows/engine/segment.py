@@ -11,7 +11,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 
@@ -80,25 +80,26 @@ def run(
 
     The first attempt takes no savepoints (``Drive.optimistic``); when something escapes one,
     the transaction rolls back whole and the segment runs again with them."""
-    args = (command_id, run_id, token, plan, executor_id, deadline, max_steps, kind)
+    claim = _Claim(command_id, run_id, token, plan, executor_id, deadline, max_steps, kind)
     try:
-        return _run(*args, optimistic=True)
+        return _run(claim, optimistic=True)
     except RedoWithSavepoints:
-        return _run(*args, optimistic=False)
+        return _run(claim, optimistic=False)
 
 
-def _run(
-    command_id: int,
-    run_id: Any,
-    token: Any,
-    plan: Plan | None,
-    executor_id: str,
-    deadline: float,
-    max_steps: int,
-    kind: str,
-    *,
-    optimistic: bool,
-) -> Settle:
+class _Claim(NamedTuple):
+    command_id: int
+    run_id: Any
+    token: Any
+    plan: Plan | None
+    executor_id: str
+    deadline: float
+    max_steps: int
+    kind: str
+
+
+def _run(claim: _Claim, *, optimistic: bool) -> Settle:
+    command_id, run_id, token, plan, executor_id, deadline, max_steps, kind = claim
     with transaction.atomic():
         # one statement: the execution lock (first, so a busy lock aborts an empty
         # transaction), the fence on our claim, and the segment's statement deadline

@@ -240,3 +240,15 @@ class TestRecordingCommit:
             raise RuntimeError("the caller fails after the completion")
         task.refresh_from_db()
         assert task.status == "OPEN" and not Command.objects.filter(run_id=recorded.run_id, kind="COMPLETION").exists()
+
+    def test_a_start_in_a_transaction_the_caller_manages_by_hand_is_not_committed(self, deploy: Any) -> None:
+        from django.db import transaction
+
+        deploy(REVIEW)
+        transaction.set_autocommit(False)
+        try:
+            operations.start(definition_id="optimistic-review", payload={}, business_key="by-hand")
+            transaction.rollback()
+        finally:
+            transaction.set_autocommit(True)
+        assert not Run.objects.filter(business_key="by-hand").exists()

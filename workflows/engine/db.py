@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
@@ -20,6 +20,7 @@ from psycopg.types.json import Jsonb
 
 from workflows.exceptions import LockTimeout, PersistenceError
 
+Params = Sequence[Any] | Mapping[str, Any]  # positional (%s) or named (%(name)s) parameters
 LOCK_NOT_AVAILABLE = "55P03"
 DEADLOCK = "40P01"
 SERIALIZATION = "40001"
@@ -125,14 +126,14 @@ def run(cur: Any, sql: str, params: Any) -> None:
         cur.execute(sql, params)
 
 
-def fetchone(sql: str, params: Sequence[Any] = (), *, prepared: bool = False) -> tuple[Any, ...] | None:
+def fetchone(sql: str, params: Params = (), *, prepared: bool = False) -> tuple[Any, ...] | None:
     with _cursor(prepared) as cur:
         run(cur, sql, params)
         row = cur.fetchone()
         return decode_row(row, shape(cur, sql)[1]) if row is not None else None
 
 
-def fetchall(sql: str, params: Sequence[Any] = (), *, prepared: bool = False) -> list[tuple[Any, ...]]:
+def fetchall(sql: str, params: Params = (), *, prepared: bool = False) -> list[tuple[Any, ...]]:
     with _cursor(prepared) as cur:
         run(cur, sql, params)
         rows = cur.fetchall()
@@ -142,7 +143,7 @@ def fetchall(sql: str, params: Sequence[Any] = (), *, prepared: bool = False) ->
         return [decode_row(r, json_columns) for r in rows]
 
 
-def fetchdicts(sql: str, params: Sequence[Any] = (), *, prepared: bool = False) -> list[dict[str, Any]]:
+def fetchdicts(sql: str, params: Params = (), *, prepared: bool = False) -> list[dict[str, Any]]:
     with _cursor(prepared) as cur:
         run(cur, sql, params)
         rows = cur.fetchall()
@@ -152,12 +153,12 @@ def fetchdicts(sql: str, params: Sequence[Any] = (), *, prepared: bool = False) 
         return [dict(zip(cols, decode_row(r, json_columns), strict=True)) for r in rows]
 
 
-def fetchdict(sql: str, params: Sequence[Any] = (), *, prepared: bool = False) -> dict[str, Any] | None:
+def fetchdict(sql: str, params: Params = (), *, prepared: bool = False) -> dict[str, Any] | None:
     rows = fetchdicts(sql, params, prepared=prepared)
     return rows[0] if rows else None
 
 
-def execute(sql: str, params: Sequence[Any] = (), *, prepared: bool = False) -> int:
+def execute(sql: str, params: Params = (), *, prepared: bool = False) -> int:
     with _cursor(prepared) as cur:
         run(cur, sql, params)
         return int(cur.rowcount)
@@ -192,7 +193,7 @@ def map_database_error(exc: DatabaseError, operation: str) -> Exception:
     return PersistenceError(f"{operation}: database failure ({type(exc).__name__}, sqlstate {state or 'unknown'})")
 
 
-def execute_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
+def execute_batch(statements: Sequence[tuple[str, Params]]) -> int:
     """Several statements in one round trip: psycopg's pipeline mode, each statement bound on
     the server (and prepared once it repeats); answers the rowcount of the first statement,
     which is the one whose effect the caller must check. As in one multi-statement query, a
@@ -239,6 +240,7 @@ def may_commit() -> bool:
     block = getattr(_owner, "block", None)
     return (
         block is not None
+        and connection.commit_on_exit  # not a transaction the caller opened with autocommit off
         and connection.atomic_blocks == [block]
         and not connection.savepoint_ids
         and not connection.needs_rollback
@@ -301,19 +303,19 @@ def execute_fenced_and_commit(statements: Sequence[tuple[str, Sequence[Any]]]) -
     return True
 
 
-def fetch_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[Any, ...] | None]:
+def fetch_batch(statements: Sequence[tuple[str, Params]]) -> list[tuple[Any, ...] | None]:
     """Several statements in one round trip (pipeline mode, bound on the server and prepared
     once they repeat); answers each statement's first row, or None when it returned none. They
     run in order; a failing statement skips the rest and raises."""
     return _fetch_batch(statements, as_dicts=False)
 
 
-def fetchdict_batch(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any] | None]:
+def fetchdict_batch(statements: Sequence[tuple[str, Params]]) -> list[dict[str, Any] | None]:
     """:func:`fetch_batch` answering each first row as a dict (column name → value)."""
     return _fetch_batch(statements, as_dicts=True)
 
 
-def _fetch_batch(statements: Sequence[tuple[str, Sequence[Any]]], *, as_dicts: bool) -> list[Any]:
+def _fetch_batch(statements: Sequence[tuple[str, Params]], *, as_dicts: bool) -> list[Any]:
     if not statements:
         return []
     with _cursor(True) as first:

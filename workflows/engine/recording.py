@@ -88,6 +88,14 @@ def _absent(actor: Actor, kind: str) -> None:
         observers.emit(observers.ActorAbsent(kind))
 
 
+def _last(statement: tuple[str, list[Any]], idempotency_key: str | None) -> tuple[Any, ...] | None:
+    """A recording's command insert. When the operation opened the transaction itself and
+    nothing follows (no dedup row to point at the command), the COMMIT travels with it."""
+    if not idempotency_key and db.may_commit():
+        return db.fetchone_and_commit(*statement)
+    return db.fetchone(*statement, prepared=True)
+
+
 # --- start ---------------------------------------------------------------------------------
 
 
@@ -175,18 +183,13 @@ def start(
         context=context,
     )
     both = (f"WITH r AS ({run_row[0]}) {sql}", [*run_row[1], *params])
-    if not idempotency_key and db.may_commit():
-        _absent(actor, "START")
-        cmd = commands.inserted(db.fetchone_and_commit(*both), seq, "START")  # the commit travels with it
-        wakeups.wake(run_id)
-        return Recorded(str(run_id), cmd["id"], "START", "PENDING", cmd["seq"])
-    cmd = commands.inserted(db.fetchone(*both, prepared=True), seq, "START")
+    _absent(actor, "START")
+    cmd = commands.inserted(_last(both, idempotency_key), seq, "START")
     if idempotency_key:
         db.execute(
             "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'START' AND scope = %s AND key = %s",
             [cmd["id"], dedup_scope, idempotency_key],
         )
-    _absent(actor, "START")
     wakeups.wake(run_id)
     return Recorded(str(run_id), cmd["id"], "START", "PENDING", cmd["seq"])
 
@@ -391,18 +394,13 @@ def complete_task(
         "(SELECT id FROM c), updated_at = now() WHERE id = %s AND status = 'OPEN')" + tail,
         [*params, task_id],
     )
-    if not idempotency_key and db.may_commit():
-        _absent(actor, "COMPLETION")
-        cmd = commands.inserted(db.fetchone_and_commit(*both), seq, "COMPLETION")  # the commit travels with it
-        wakeups.wake(run["id"])
-        return Recorded(str(run["id"]), cmd["id"], "COMPLETION", "PENDING", cmd["seq"])
-    cmd = commands.inserted(db.fetchone(*both, prepared=True), seq, "COMPLETION")
+    _absent(actor, "COMPLETION")
+    cmd = commands.inserted(_last(both, idempotency_key), seq, "COMPLETION")
     if idempotency_key:
         db.execute(
             "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'COMPLETION' AND scope = %s AND key = %s",
             [cmd["id"], str(task_id), idempotency_key],
         )
-    _absent(actor, "COMPLETION")
     wakeups.wake(run["id"])
     return Recorded(str(run["id"]), cmd["id"], "COMPLETION", "PENDING", cmd["seq"])
 

@@ -252,3 +252,66 @@ class TestRecordingCommit:
         finally:
             transaction.set_autocommit(True)
         assert not Run.objects.filter(business_key="by-hand").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+class TestRoundTrips:
+    """psycopg answers a transaction's BEGIN in pipeline mode, and a commit in a pipeline,
+    with a Sync of their own (a round trip with nothing else in it); the engine sends both
+    with the statements around them. Each pipeline then ends with one Sync: one round trip."""
+
+    @pytest.fixture
+    def syncs(self, monkeypatch: Any) -> list[int]:
+        from psycopg import _pipeline_base
+
+        counted = [0]
+        original = _pipeline_base.BasePipeline._enqueue_sync
+
+        def counting(self: Any) -> None:
+            counted[0] += 1
+            original(self)
+
+        monkeypatch.setattr(_pipeline_base.BasePipeline, "_enqueue_sync", counting)
+        return counted
+
+    def _committed(self, sql: str, params: list[Any]) -> Any:
+        other = TestRecordingCommit()._other_connection()
+        try:
+            return other.execute(sql, params).fetchone()
+        finally:
+            other.close()
+
+    def test_a_transaction_of_two_pipelines_takes_two_round_trips_and_commits(self, syncs: list[int]) -> None:
+        from django.db import transaction
+
+        from workflows.engine import db
+
+        with transaction.atomic():
+            db.fetchone("SELECT 1", prepared=True)  # BEGIN travels with it
+            assert syncs[0] == 1 and connection.connection.info.transaction_status.name == "INTRANS"
+            row = db.fetchone_and_commit(
+                "INSERT INTO workflow_dedup (kind, scope, key, fingerprint, created_at)"
+                " VALUES ('test', %s, %s, '', now()) RETURNING key",
+                ["round-trips", "k1"],
+            )
+            assert row == ("k1",)
+            assert syncs[0] == 2  # the INSERT and its COMMIT: one round trip
+            assert connection.connection.info.transaction_status.name == "IDLE"
+        assert self._committed("SELECT key FROM workflow_dedup WHERE scope = %s", ["round-trips"]) == ("k1",)
+
+    def test_a_start_and_a_completion_each_take_two_round_trips(
+        self, deploy: Any, drain: Any, syncs: list[int]
+    ) -> None:
+        deploy(REVIEW)
+        recorded = operations.start(definition_id="optimistic-review", payload={})
+        assert syncs[0] == 2  # the selection read with BEGIN; the run and its START with COMMIT
+        drain(recorded.run_id)
+        task = Task.objects.get(run_id=recorded.run_id)
+        syncs[0] = 0
+        with CaptureQueriesContext(connection) as captured:
+            operations.complete_task(task_id=task.id, decision="approve")
+        # the task read with BEGIN; the lock and the task; the command and reservation with COMMIT
+        # nothing outside the pipelines (Django logs its BEGIN/COMMIT markers; psycopg sent them)
+        others = [q["sql"] for q in captured.captured_queries if q["sql"] not in ("BEGIN", "COMMIT")]
+        assert syncs[0] == 3 and others == []
+        assert self._committed("SELECT status FROM workflow_tasks WHERE id = %s", [task.id]) == ("COMPLETING",)

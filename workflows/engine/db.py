@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connection, connections
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.types.json import Jsonb
 
 from workflows.exceptions import LockTimeout, PersistenceError
@@ -26,6 +26,7 @@ DEADLOCK = "40P01"
 SERIALIZATION = "40001"
 QUERY_CANCELED = "57014"
 IDLE = TransactionStatus.IDLE
+TUPLES_OK = ExecStatus.TUPLES_OK
 
 
 def _default(value: Any) -> Any:
@@ -114,13 +115,46 @@ def _cursor(prepared: bool) -> Iterator[Any]:
         yield held[1]
 
 
+# psycopg (3.3) follows the BEGIN it sends for a transaction's first statement in pipeline
+# mode with a Sync and waits for it, and ``Connection.commit()`` in a pipeline syncs before the
+# pipeline's own Sync at its exit: each a round trip with nothing in it. ``_begin`` and
+# ``_commit`` queue the same commands through psycopg's own command queue without those Syncs,
+# so they travel with the statements around them; the pipeline's exit reads every result and
+# raises the first error as before. Where those internals are missing (another psycopg), the
+# public calls are used: the same effect, a round trip more.
+_QUEUES_COMMANDS = all(
+    hasattr(psycopg.Connection, name) for name in ("_exec_command", "_get_tx_start_command", "wait")
+) and hasattr(psycopg.Pipeline, "_communicate_gen")
+
+
+def _begin(raw: Any) -> None:
+    """Inside ``raw.pipeline()``, before a transaction's first statement: send BEGIN without
+    a Sync. Once it is on the wire libpq reports the connection busy, not idle, so psycopg
+    starts no transaction of its own for the statement that follows."""
+    if not _QUEUES_COMMANDS or raw.autocommit or raw.info.transaction_status != IDLE:
+        return
+    with raw.lock:
+        raw.wait(raw._exec_command(raw._get_tx_start_command()))
+        raw.wait(raw._pipeline._communicate_gen())
+
+
+def _commit(raw: Any) -> None:
+    """Inside ``raw.pipeline()``: queue COMMIT; the pipeline's exit sends it with its Sync."""
+    if not _QUEUES_COMMANDS:
+        raw.commit()
+        return
+    with raw.lock:
+        raw.wait(raw._exec_command(b"COMMIT"))
+
+
 def run(cur: Any, sql: str, params: Any) -> None:
     """Execute on a cursor from ``_cursor``. The first statement of a transaction goes out in
-    pipeline mode on a server-binding cursor, so psycopg's BEGIN travels with it instead of
-    taking a round trip of its own."""
+    pipeline mode on a server-binding cursor with the transaction's BEGIN before it: one
+    round trip for both."""
     raw = cur.connection
     if isinstance(cur, psycopg.Cursor) and not raw.autocommit and raw.info.transaction_status == IDLE:
         with raw.pipeline():
+            _begin(raw)
             cur.execute(sql, params)
     else:
         cur.execute(sql, params)
@@ -205,6 +239,7 @@ def execute_batch(statements: Sequence[tuple[str, Params]]) -> int:
         rest: list[psycopg.Cursor[Any]] = []
         try:
             with raw.pipeline():
+                _begin(raw)
                 first.execute(statements[0][0], statements[0][1])
                 for sql, params in statements[1:]:
                     cur = psycopg.Cursor(raw)
@@ -254,8 +289,9 @@ def fetchone_and_commit(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | No
     with _cursor(True) as cur:
         raw = cur.connection
         with raw.pipeline():
+            _begin(raw)
             cur.execute(sql, params)
-            raw.commit()
+            _commit(raw)
         row = cur.fetchone()
         return decode_row(row, shape(cur, sql)[1]) if row is not None else None
 
@@ -294,8 +330,9 @@ def execute_fenced_and_commit(statements: Sequence[tuple[str, Sequence[Any]]]) -
         with _cursor(True) as cur:
             raw = cur.connection
             with raw.pipeline():
+                _begin(raw)
                 cur.execute(sql, params)
-                raw.commit()
+                _commit(raw)
     except DatabaseError as exc:
         if sqlstate(exc) == CLAIM_FENCE_FAILED:
             return False
@@ -323,11 +360,14 @@ def _fetch_batch(statements: Sequence[tuple[str, Params]], *, as_dicts: bool) ->
         cursors = [first] + [psycopg.Cursor(raw) for _ in statements[1:]]
         try:
             with raw.pipeline():
+                _begin(raw)
                 for cur, (sql, params) in zip(cursors, statements, strict=True):
                     cur.execute(sql, params)
             rows: list[Any] = []
             for cur, (sql, _) in zip(cursors, statements, strict=True):
-                row = cur.fetchone() if cur.description is not None else None
+                # whether it returned rows, without ``description`` (which builds every column)
+                result = cur.pgresult
+                row = cur.fetchone() if result is not None and result.status == TUPLES_OK else None
                 if row is None:
                     rows.append(None)
                     continue

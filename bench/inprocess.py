@@ -113,6 +113,16 @@ def run(args: argparse.Namespace) -> None:
 
     counts: collections.Counter[str] = collections.Counter()
     opening: collections.Counter[str] = collections.Counter()
+    began = [False]  # the engine just queued a BEGIN (db._begin)
+    from workflows.engine import db as engine_db
+
+    original_begin = engine_db._begin
+
+    def noting_begin(raw: Any) -> None:
+        began[0] = not raw.autocommit and raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        original_begin(raw)
+
+    engine_db._begin = noting_begin  # type: ignore[assignment]
     original = psycopg.Cursor.execute
 
     def counting(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
@@ -121,8 +131,16 @@ def run(args: argparse.Namespace) -> None:
         key = " ".join(words[:named] if named else words[:4])[:60]  # savepoint names differ each time
         counts[key] += 1
         raw = self.connection
-        if raw.autocommit or raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-            opening[key] += 1  # this statement opens a transaction (its own, or a BEGIN before it)
+        # this statement opens a transaction: its own (autocommit), or the engine's BEGIN is
+        # queued in the pipeline just before it (the connection is busy and not yet in one)
+        status = raw.info.transaction_status
+        if (
+            raw.autocommit
+            or status == psycopg.pq.TransactionStatus.IDLE
+            or (status == psycopg.pq.TransactionStatus.ACTIVE and raw._pipeline and began[0])
+        ):
+            opening[key] += 1
+        began[0] = False
         return original(self, query, params, **kw)
 
     x0 = probe.xact_commit()

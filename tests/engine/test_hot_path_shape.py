@@ -315,3 +315,92 @@ class TestRoundTrips:
         others = [q["sql"] for q in captured.captured_queries if q["sql"] not in ("BEGIN", "COMMIT")]
         assert syncs[0] == 3 and others == []
         assert self._committed("SELECT status FROM workflow_tasks WHERE id = %s", [task.id]) == ("COMPLETING",)
+
+    def test_a_deferred_write_travels_with_the_next_statement(self, syncs: list[int]) -> None:
+        from django.db import transaction
+
+        from workflows.engine import db
+
+        insert = (
+            "INSERT INTO workflow_dedup (kind, scope, key, fingerprint, created_at)"
+            " VALUES ('test', 'deferred', %s, '', now()) RETURNING key"
+        )
+        answers: list[Any] = []
+        with transaction.atomic(), db.deferring():
+            db.fetchone("SELECT 1", prepared=True)
+            syncs[0] = 0
+            db.defer(insert, ["k1"], answers.append)
+            db.defer(insert, ["k2"], answers.append)
+            assert answers == [] and syncs[0] == 0  # nothing sent yet
+            rows = db.fetch_batch([("SELECT count(*) FROM workflow_dedup WHERE scope = 'deferred'", [])])
+            assert syncs[0] == 1 and rows == [(2,)]  # both went first, in the same round trip
+            assert answers == [("k1",), ("k2",)]
+            db.defer(insert, ["k3"], answers.append)
+            with connection.cursor() as cur:  # any query through Django's cursors sends them first
+                cur.execute("SELECT count(*) FROM workflow_dedup WHERE scope = 'deferred'")
+                assert cur.fetchone() == (3,)
+            assert answers[-1] == ("k3",)
+            db.defer(insert, ["k4"], answers.append)  # never sent: the block ends first
+        assert self._committed("SELECT count(*) FROM workflow_dedup WHERE scope = %s", ["deferred"]) == (3,)
+        db.defer(insert, ["k5"], answers.append)  # outside ``deferring``: sent at once
+        assert answers[-1] == ("k5",)
+
+    def test_a_service_intent_travels_with_the_human_tasks_round_trip(
+        self, deploy: Any, drain: Any, syncs: list[int]
+    ) -> None:
+        deploy(SERVICE_THEN_REVIEW)
+        recorded = operations.start(definition_id="service-then-review", payload={})
+        syncs[0] = 0
+        drain(recorded.run_id)
+        # the lock and fence; the intent, the park, the task and its notice; the settlement
+        assert syncs[0] == 3
+        types = history_types(recorded.run_id)
+        assert types.index("SERVICE_DISPATCHED") < types.index("TASK_CREATED")
+        intent = self._committed(
+            "SELECT kind, target FROM workflow_outbox WHERE run_id = %s AND kind = 'SERVICE'", [recorded.run_id]
+        )
+        assert intent == ("SERVICE", "test.noop")
+        assert Task.objects.get(run_id=recorded.run_id).status == "OPEN"
+
+
+SERVICE_THEN_REVIEW = """
+definitionId: service-then-review
+definitionVersion: 1
+contract: {name: service-then-review.v1, signals: {}}
+stateSchema: {type: object}
+initialState: "{'number': 'A-1'}"
+initialStep: reserve
+steps:
+  - id: reserve
+    type: service
+    target: test.noop
+    next: review
+  - id: review
+    type: human-task
+    title: "Review"
+    assignment: {mode: group, value: approvers}
+    decisions:
+      - name: approve
+        next: done
+  - id: done
+    type: complete
+"""
+
+
+def test_a_failure_surfacing_as_pipeline_aborted_keeps_its_sqlstate() -> None:
+    """psycopg can raise "pipeline aborted" for a later result while a statement's failure is
+    being raised; the failure's kind (here a lock timeout: transient) is still what counts."""
+    from psycopg import errors
+
+    from workflows.engine import db
+
+    masked: Exception | None = None
+    try:
+        try:
+            raise errors.LockNotAvailable("lock timeout")
+        except errors.LockNotAvailable:
+            raise errors.PipelineAborted("pipeline aborted")  # as psycopg's pipeline exit does
+    except errors.PipelineAborted as exc:
+        masked = exc
+    assert masked is not None
+    assert db.sqlstate(masked) == "55P03" and db.is_transient(masked)

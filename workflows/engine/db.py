@@ -147,17 +147,95 @@ def _commit(raw: Any) -> None:
         raw.wait(raw._exec_command(b"COMMIT"))
 
 
+# Deferred writes. Inside ``deferring()`` (a segment's optimistic attempt), a write whose
+# answer nobody needs before the commit (an outbox intent) is not sent on its own: it waits
+# for the next statement the transaction sends and travels before it in the same pipeline,
+# in the order the writes were asked for. ``then`` gets its first row (None when it returned
+# none) once that round trip succeeded. Any query through Django's cursors sends the pending
+# writes first, so nothing ever runs ahead of them. Leaving the block drops what was not sent
+# (the transaction did not commit: a segment sends every pending write with its COMMIT).
+_deferred = threading.local()
+
+
+@contextmanager
+def deferring() -> Iterator[None]:
+    previous = getattr(_deferred, "pending", None)
+    _deferred.pending = []
+    try:
+        with connection.execute_wrapper(_send_deferred_first):
+            yield
+    finally:
+        _deferred.pending = previous
+
+
+def defer(sql: str, params: Params, then: Any) -> None:
+    """Send a write with the transaction's next statement (at once outside ``deferring``)."""
+    pending = getattr(_deferred, "pending", None)
+    if pending is None:
+        then(fetchone(sql, params, prepared=True))
+        return
+    pending.append((sql, params, then))
+
+
+def _take_deferred() -> list[tuple[str, Params, Any]]:
+    pending = getattr(_deferred, "pending", None)
+    if not pending:
+        return []
+    taken = list(pending)
+    pending.clear()
+    return taken
+
+
+def _send_deferred_first(execute: Any, sql: Any, params: Any, many: bool, context: Any) -> Any:
+    if getattr(_deferred, "pending", None):
+        fetch_batch([])  # the pending writes, in a round trip of their own
+    return execute(sql, params, many, context)
+
+
+def _queue_deferred(raw: Any, taken: list[tuple[str, Params, Any]]) -> list[tuple[Any, str, Any]]:
+    """Inside the pipeline, after ``_begin``: the taken writes, each on a cursor of its own."""
+    sent: list[tuple[Any, str, Any]] = []
+    for sql, params, then in taken:
+        cur = psycopg.Cursor(raw)
+        sent.append((cur, sql, then))
+        cur.execute(sql, params)
+    return sent
+
+
+def _answer_deferred(sent: list[tuple[Any, str, Any]]) -> None:
+    """After the pipeline succeeded: hand each deferred write its row."""
+    for cur, sql, then in sent:
+        result = cur.pgresult
+        row = cur.fetchone() if result is not None and result.status == TUPLES_OK else None
+        then(decode_row(row, shape(cur, sql)[1]) if row is not None else None)
+
+
+def _close(sent: list[tuple[Any, str, Any]]) -> None:
+    for cur, _, _ in sent:
+        cur.close()
+
+
 def run(cur: Any, sql: str, params: Any) -> None:
     """Execute on a cursor from ``_cursor``. The first statement of a transaction goes out in
     pipeline mode on a server-binding cursor with the transaction's BEGIN before it: one
     round trip for both."""
     raw = cur.connection
-    if isinstance(cur, psycopg.Cursor) and not raw.autocommit and raw.info.transaction_status == IDLE:
+    if not isinstance(cur, psycopg.Cursor):
+        cur.execute(sql, params)  # a Django cursor: pending deferred writes go first (its wrapper)
+        return
+    taken = _take_deferred()
+    if not taken and (raw.autocommit or raw.info.transaction_status != IDLE):
+        cur.execute(sql, params)
+        return
+    sent: list[tuple[Any, str, Any]] = []
+    try:
         with raw.pipeline():
             _begin(raw)
+            sent = _queue_deferred(raw, taken)
             cur.execute(sql, params)
-    else:
-        cur.execute(sql, params)
+        _answer_deferred(sent)
+    finally:
+        _close(sent)
 
 
 def fetchone(sql: str, params: Params = (), *, prepared: bool = False) -> tuple[Any, ...] | None:
@@ -199,11 +277,19 @@ def execute(sql: str, params: Params = (), *, prepared: bool = False) -> int:
 
 
 def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE behind a database error. A statement that fails in a pipeline can surface
+    as psycopg's "pipeline aborted" (raised for a later result while the failure was being
+    raised): its sqlstate is that of the failure it replaced."""
     cause: BaseException | None = exc
-    while cause is not None:
+    for _ in range(16):
+        if cause is None:
+            break
         if isinstance(cause, psycopg.Error) and cause.sqlstate:
             return str(cause.sqlstate)
-        cause = cause.__cause__
+        if cause.__cause__ is None and isinstance(cause, psycopg.errors.PipelineAborted):
+            cause = cause.__context__
+        else:
+            cause = cause.__cause__
     return None
 
 
@@ -237,15 +323,19 @@ def execute_batch(statements: Sequence[tuple[str, Params]]) -> int:
     with _cursor(True) as first:
         raw = first.connection
         rest: list[psycopg.Cursor[Any]] = []
+        sent: list[tuple[Any, str, Any]] = []
         try:
             with raw.pipeline():
                 _begin(raw)
+                sent = _queue_deferred(raw, _take_deferred())
                 first.execute(statements[0][0], statements[0][1])
                 for sql, params in statements[1:]:
                     cur = psycopg.Cursor(raw)
                     rest.append(cur)
                     cur.execute(sql, params)
+            _answer_deferred(sent)
         finally:
+            _close(sent)
             for cur in rest:
                 cur.close()
         return int(first.rowcount)
@@ -288,10 +378,16 @@ def fetchone_and_commit(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | No
     nothing may run on the connection before that block exits."""
     with _cursor(True) as cur:
         raw = cur.connection
-        with raw.pipeline():
-            _begin(raw)
-            cur.execute(sql, params)
-            _commit(raw)
+        sent: list[tuple[Any, str, Any]] = []
+        try:
+            with raw.pipeline():
+                _begin(raw)
+                sent = _queue_deferred(raw, _take_deferred())
+                cur.execute(sql, params)
+                _commit(raw)
+            _answer_deferred(sent)
+        finally:
+            _close(sent)
         row = cur.fetchone()
         return decode_row(row, shape(cur, sql)[1]) if row is not None else None
 
@@ -326,17 +422,22 @@ def execute_fenced_and_commit(statements: Sequence[tuple[str, Sequence[Any]]]) -
         parts.append(f"s{i} AS ({sql}{' RETURNING 1' if i == 0 else ''})")
         params.extend(p)
     sql = "WITH " + ", ".join(parts) + " SELECT workflow_claim_fence((SELECT count(*) FROM s0))"
+    sent: list[tuple[Any, str, Any]] = []
     try:
         with _cursor(True) as cur:
             raw = cur.connection
             with raw.pipeline():
                 _begin(raw)
+                sent = _queue_deferred(raw, _take_deferred())
                 cur.execute(sql, params)
                 _commit(raw)
+        _answer_deferred(sent)
     except DatabaseError as exc:
         if sqlstate(exc) == CLAIM_FENCE_FAILED:
             return False
         raise
+    finally:
+        _close(sent)
     return True
 
 
@@ -353,16 +454,20 @@ def fetchdict_batch(statements: Sequence[tuple[str, Params]]) -> list[dict[str, 
 
 
 def _fetch_batch(statements: Sequence[tuple[str, Params]], *, as_dicts: bool) -> list[Any]:
-    if not statements:
+    taken = _take_deferred()
+    if not statements and not taken:
         return []
     with _cursor(True) as first:
         raw = first.connection
-        cursors = [first] + [psycopg.Cursor(raw) for _ in statements[1:]]
+        cursors = ([first] if statements else []) + [psycopg.Cursor(raw) for _ in statements[1:]]
+        sent: list[tuple[Any, str, Any]] = []
         try:
             with raw.pipeline():
                 _begin(raw)
+                sent = _queue_deferred(raw, taken)
                 for cur, (sql, params) in zip(cursors, statements, strict=True):
                     cur.execute(sql, params)
+            _answer_deferred(sent)
             rows: list[Any] = []
             for cur, (sql, _) in zip(cursors, statements, strict=True):
                 # whether it returned rows, without ``description`` (which builds every column)
@@ -376,5 +481,6 @@ def _fetch_batch(statements: Sequence[tuple[str, Params]], *, as_dicts: bool) ->
                 rows.append(dict(zip(cols, decoded, strict=True)) if as_dicts else decoded)
             return rows
         finally:
+            _close(sent)
             for cur in cursors[1:]:
                 cur.close()

@@ -72,7 +72,7 @@ def _insert(
     payload: Any,
     key: str,
     headers: dict[str, str],
-) -> int:
+) -> None:
     """Record an intent. Under ``wakeups.inline_delivery()`` the intent is claimed here, in the
     segment's transaction, for this process to deliver after commit (compensations excepted:
     they go out one at a time, in order, through the claim below). Task notices have their own
@@ -87,14 +87,23 @@ def _insert(
     else:
         sql = INSERT.format(lease="NULL")
         params += ["PENDING", 0, None]
-    row = db.fetchone(sql, params, prepared=True)
-    if row is None:
-        return 0
-    intent_id = int(row[0])
-    _recorded(
-        drive, intent_id, token, step=step, kind=kind, target=row_target, payload=payload, key=key, headers=headers
-    )
-    return intent_id
+
+    def then(row: tuple[Any, ...] | None) -> None:
+        if row is not None:  # else recorded before (the same key)
+            _recorded(
+                drive,
+                int(row[0]),
+                token,
+                step=step,
+                kind=kind,
+                target=row_target,
+                payload=payload,
+                key=key,
+                headers=headers,
+            )
+
+    # nothing before the commit needs the intent's id: it travels with the segment's next statement
+    db.defer(sql, params, then)
 
 
 def _recorded(
@@ -196,7 +205,7 @@ def notice_recorded(drive: Drive, row: tuple[Any, ...] | None, context: Any) -> 
 
 def record(
     drive: Drive, *, step: str, kind: str, target: str, payload: Any, headers: dict[str, Any] | None = None
-) -> int:
+) -> None:
     key = f"{drive.run['id']}:{drive.command_id}:{step}:{drive.steps}"
     merged = strip_forged(headers)
     merged.update(attribution_headers(drive.actor, full=True))
@@ -208,17 +217,17 @@ def record(
         actor=drive.actor,
         payload={"target": target if _plain_name(target) else "[webhook]"},
     )
-    return _insert(drive, step=step, kind=kind, target=target, payload=payload, key=key, headers=merged)
+    _insert(drive, step=step, kind=kind, target=target, payload=payload, key=key, headers=merged)
 
 
-def compensate(drive: Drive, *, forward_step: str, compensation_step: str) -> int:
+def compensate(drive: Drive, *, forward_step: str, compensation_step: str) -> None:
     plan = drive.plan
     assert plan is not None
     from workflows.definitions.plan import CompensationStep
 
     comp = plan.steps.get(compensation_step)
     if not isinstance(comp, CompensationStep):
-        return 0
+        return
     state = drive.run["state"]
     payload = comp.payload.evaluate({"state": state}) if comp.payload is not None else state
     key = f"{drive.run['id']}:compensate:{compensation_step}:{forward_step}"
@@ -231,7 +240,7 @@ def compensate(drive: Drive, *, forward_step: str, compensation_step: str) -> in
         actor=drive.actor,
         payload={"forward_step": forward_step},
     )
-    return _insert(
+    _insert(
         drive,
         step=compensation_step,
         kind="COMPENSATION",
@@ -284,11 +293,11 @@ def recipients_statement(mode: str, value: str) -> tuple[str, list[Any]]:
     return sql, bound
 
 
-def resume_parent(drive: Drive, *, status: str) -> int:
+def resume_parent(drive: Drive, *, status: str) -> None:
     run = drive.run
     key = f"resume:{run['id']}"
     payload = {"child": str(run["id"]), "status": status, "state": run["state"]}
-    return _insert(
+    _insert(
         drive,
         step=run.get("parent_step") or "",
         kind="RESUME",

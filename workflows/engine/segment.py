@@ -11,6 +11,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any, NamedTuple
 
 from django.db import transaction
@@ -127,13 +128,16 @@ def _run(claim: _Claim, *, optimistic: bool) -> Settle:
         drive.optimistic = optimistic
         if cmd.get("reconcile_action") == "resolve":
             drive.resolved_effect = (cmd["target"] or {}).get("resolved_step", "") if cmd["kind"] != "SIGNAL" else ""
-        settle = apply(drive, cmd)
-        faults.point("before_settle")
-        faults.segment_settling(segment_log, command_id, token, settle.status)
-        # the settlement, the history, the run row and the commit in one round trip; a
-        # settlement that updates no row (the claim no longer stands) rolls everything back
-        if not drive.save_and_commit(settlement(drive, cmd, settle)):
-            raise Fenced()
+        # without savepoints, writes nobody reads before the commit (outbox intents) travel
+        # with the segment's next statement (``db.defer``); with savepoints each is sent at once
+        with db.deferring() if optimistic else nullcontext():
+            settle = apply(drive, cmd)
+            faults.point("before_settle")
+            faults.segment_settling(segment_log, command_id, token, settle.status)
+            # the settlement, the history, the run row and the commit in one round trip; a
+            # settlement that updates no row (the claim no longer stands) rolls everything back
+            if not drive.save_and_commit(settlement(drive, cmd, settle)):
+                raise Fenced()
         settle.more = bool(cmd.get("_more"))
         return settle
 

@@ -377,19 +377,24 @@ def fetchone_and_commit(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | No
     Its ``transaction.atomic()`` then commits nothing more and runs the on-commit callbacks;
     nothing may run on the connection before that block exits."""
     with _cursor(True) as cur:
-        raw = cur.connection
-        sent: list[tuple[Any, str, Any]] = []
-        try:
-            with raw.pipeline():
-                _begin(raw)
-                sent = _queue_deferred(raw, _take_deferred())
-                cur.execute(sql, params)
-                _commit(raw)
-            _answer_deferred(sent)
-        finally:
-            _close(sent)
+        _last_and_commit(cur, sql, params)
         row = cur.fetchone()
         return decode_row(row, shape(cur, sql)[1]) if row is not None else None
+
+
+def _last_and_commit(cur: Any, sql: str, params: Sequence[Any]) -> None:
+    """A transaction's last statement, after the writes still deferred, and COMMIT: one round trip."""
+    raw = cur.connection
+    sent: list[tuple[Any, str, Any]] = []
+    try:
+        with raw.pipeline():
+            _begin(raw)
+            sent = _queue_deferred(raw, _take_deferred())
+            cur.execute(sql, params)
+            _commit(raw)
+        _answer_deferred(sent)
+    finally:
+        _close(sent)
 
 
 def fused(statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[str, list[Any]]:
@@ -422,22 +427,13 @@ def execute_fenced_and_commit(statements: Sequence[tuple[str, Sequence[Any]]]) -
         parts.append(f"s{i} AS ({sql}{' RETURNING 1' if i == 0 else ''})")
         params.extend(p)
     sql = "WITH " + ", ".join(parts) + " SELECT workflow_claim_fence((SELECT count(*) FROM s0))"
-    sent: list[tuple[Any, str, Any]] = []
     try:
         with _cursor(True) as cur:
-            raw = cur.connection
-            with raw.pipeline():
-                _begin(raw)
-                sent = _queue_deferred(raw, _take_deferred())
-                cur.execute(sql, params)
-                _commit(raw)
-        _answer_deferred(sent)
+            _last_and_commit(cur, sql, params)
     except DatabaseError as exc:
         if sqlstate(exc) == CLAIM_FENCE_FAILED:
             return False
         raise
-    finally:
-        _close(sent)
     return True
 
 

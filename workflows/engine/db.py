@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
@@ -168,7 +168,10 @@ def deferring() -> Iterator[None]:
         _deferred.pending = previous
 
 
-def defer(sql: str, params: Params, then: Any) -> None:
+Answered = Callable[[tuple[Any, ...] | None], None]  # a deferred write's row, when it is known
+
+
+def defer(sql: str, params: Params, then: Answered) -> None:
     """Send a write with the transaction's next statement (at once outside ``deferring``)."""
     pending = getattr(_deferred, "pending", None)
     if pending is None:
@@ -177,7 +180,7 @@ def defer(sql: str, params: Params, then: Any) -> None:
     pending.append((sql, params, then))
 
 
-def _take_deferred() -> list[tuple[str, Params, Any]]:
+def _take_deferred() -> list[tuple[str, Params, Answered]]:
     pending = getattr(_deferred, "pending", None)
     if not pending:
         return []
@@ -192,7 +195,7 @@ def _send_deferred_first(execute: Any, sql: Any, params: Any, many: bool, contex
     return execute(sql, params, many, context)
 
 
-def _queue_deferred(raw: Any, taken: list[tuple[str, Params, Any]]) -> list[tuple[Any, str, Any]]:
+def _queue_deferred(raw: Any, taken: list[tuple[str, Params, Answered]]) -> list[tuple[Any, str, Any]]:
     """Inside the pipeline, after ``_begin``: the taken writes, each on a cursor of its own."""
     sent: list[tuple[Any, str, Any]] = []
     for sql, params, then in taken:
@@ -210,9 +213,21 @@ def _answer_deferred(sent: list[tuple[Any, str, Any]]) -> None:
         then(decode_row(row, shape(cur, sql)[1]) if row is not None else None)
 
 
-def _close(sent: list[tuple[Any, str, Any]]) -> None:
-    for cur, _, _ in sent:
-        cur.close()
+@contextmanager
+def _transaction_pipeline(raw: Any, taken: list[tuple[str, Params, Answered]] | None = None) -> Iterator[None]:
+    """``raw.pipeline()`` opened with the transaction's BEGIN (when one is due) and the writes
+    still deferred (``taken``, else whatever is pending); the block queues its statements after
+    them. Once the round trip succeeded each deferred write gets its row."""
+    sent: list[tuple[Any, str, Any]] = []
+    try:
+        with raw.pipeline():
+            _begin(raw)
+            sent = _queue_deferred(raw, _take_deferred() if taken is None else taken)
+            yield
+        _answer_deferred(sent)
+    finally:
+        for cur, _, _ in sent:
+            cur.close()
 
 
 def run(cur: Any, sql: str, params: Any) -> None:
@@ -227,15 +242,8 @@ def run(cur: Any, sql: str, params: Any) -> None:
     if not taken and (raw.autocommit or raw.info.transaction_status != IDLE):
         cur.execute(sql, params)
         return
-    sent: list[tuple[Any, str, Any]] = []
-    try:
-        with raw.pipeline():
-            _begin(raw)
-            sent = _queue_deferred(raw, taken)
-            cur.execute(sql, params)
-        _answer_deferred(sent)
-    finally:
-        _close(sent)
+    with _transaction_pipeline(raw, taken):
+        cur.execute(sql, params)
 
 
 def fetchone(sql: str, params: Params = (), *, prepared: bool = False) -> tuple[Any, ...] | None:
@@ -323,19 +331,14 @@ def execute_batch(statements: Sequence[tuple[str, Params]]) -> int:
     with _cursor(True) as first:
         raw = first.connection
         rest: list[psycopg.Cursor[Any]] = []
-        sent: list[tuple[Any, str, Any]] = []
         try:
-            with raw.pipeline():
-                _begin(raw)
-                sent = _queue_deferred(raw, _take_deferred())
+            with _transaction_pipeline(raw):
                 first.execute(statements[0][0], statements[0][1])
                 for sql, params in statements[1:]:
                     cur = psycopg.Cursor(raw)
                     rest.append(cur)
                     cur.execute(sql, params)
-            _answer_deferred(sent)
         finally:
-            _close(sent)
             for cur in rest:
                 cur.close()
         return int(first.rowcount)
@@ -385,16 +388,9 @@ def fetchone_and_commit(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | No
 def _last_and_commit(cur: Any, sql: str, params: Sequence[Any]) -> None:
     """A transaction's last statement, after the writes still deferred, and COMMIT: one round trip."""
     raw = cur.connection
-    sent: list[tuple[Any, str, Any]] = []
-    try:
-        with raw.pipeline():
-            _begin(raw)
-            sent = _queue_deferred(raw, _take_deferred())
-            cur.execute(sql, params)
-            _commit(raw)
-        _answer_deferred(sent)
-    finally:
-        _close(sent)
+    with _transaction_pipeline(raw):
+        cur.execute(sql, params)
+        _commit(raw)
 
 
 def fused(statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[str, list[Any]]:
@@ -456,14 +452,10 @@ def _fetch_batch(statements: Sequence[tuple[str, Params]], *, as_dicts: bool) ->
     with _cursor(True) as first:
         raw = first.connection
         cursors = ([first] if statements else []) + [psycopg.Cursor(raw) for _ in statements[1:]]
-        sent: list[tuple[Any, str, Any]] = []
         try:
-            with raw.pipeline():
-                _begin(raw)
-                sent = _queue_deferred(raw, taken)
+            with _transaction_pipeline(raw, taken):
                 for cur, (sql, params) in zip(cursors, statements, strict=True):
                     cur.execute(sql, params)
-            _answer_deferred(sent)
             rows: list[Any] = []
             for cur, (sql, _) in zip(cursors, statements, strict=True):
                 # whether it returned rows, without ``description`` (which builds every column)
@@ -477,6 +469,5 @@ def _fetch_batch(statements: Sequence[tuple[str, Params]], *, as_dicts: bool) ->
                 rows.append(dict(zip(cols, decoded, strict=True)) if as_dicts else decoded)
             return rows
         finally:
-            _close(sent)
             for cur in cursors[1:]:
                 cur.close()

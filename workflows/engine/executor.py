@@ -133,12 +133,12 @@ CLAIM_FAST = (
 )
 # A wake-up names a run: try-lock it, pick its head and claim it in one statement, which also
 # answers the run's pin (for the plan).
-# It also writes the delivered marks this process carries (``outbox.take_marks``): a
-# data-modifying CTE runs whether or not the query reads it, and fails with the statement.
+# It also writes the delivered marks this process carries (``outbox.take_marks``, through
+# ``workflow_outbox_delivered``: migration 0010): the query reads that CTE first, so the marks
+# are written whatever the claim finds, and fail with the statement.
 CLAIM_RUN_HEAD = (
-    "WITH m AS (UPDATE workflow_outbox o SET status = 'DELIVERED', delivered_at = now(), token = NULL, "
-    "lease_until = NULL FROM unnest(%(mark_ids)s::bigint[], %(mark_tokens)s::uuid[]) AS x(id, token) "
-    "WHERE o.id = x.id AND o.token = x.token), "
+    "WITH m AS (SELECT CASE WHEN cardinality(%(mark_ids)s::bigint[]) > 0 THEN "
+    "workflow_outbox_delivered(%(mark_ids)s::bigint[], %(mark_tokens)s::uuid[]) END AS marked), "
     "s AS (SELECT status FROM workflow_runs WHERE id = %(run)s), "
     "r AS (SELECT id, scope, definition_id, version, plan_hash, status, {async_commit} FROM workflow_runs "
     "WHERE id = %(run)s AND status IN ('PENDING','RUNNING','WAITING','COMPENSATING') FOR NO KEY UPDATE NOWAIT), "
@@ -153,7 +153,8 @@ CLAIM_RUN_HEAD = (
     "r.status AS run_status) "
     # one row whatever happened: the claim, or why there is none (nothing runnable now, or a
     # case for the full path: an ended or failed run, a head whose attempts are spent)
-    "SELECT s.status AS status_now, (SELECT count(*) FROM h) AS heads, u.* FROM s LEFT JOIN u ON true"
+    "SELECT s.status AS status_now, (SELECT count(*) FROM h) AS heads, u.* FROM m LEFT JOIN s ON true "
+    "LEFT JOIN u ON true"
 )
 LIVE = ("PENDING", "RUNNING", "WAITING", "COMPENSATING")
 
@@ -566,8 +567,8 @@ def claim_run_head(run_id: Any) -> tuple[Head, Any] | str:
         if isinstance(exc, DatabaseError) and db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
             return "IDLE"  # the holder is a segment of this run (it looks again) or a recording (it wakes)
         raise
-    if row is None:
-        return "IDLE"
+    if row is None or row["status_now"] is None:
+        return "IDLE"  # (the run is gone)
     status_now, heads = row.pop("status_now"), row.pop("heads")
     if row["id"] is not None:
         return Head(**row), token

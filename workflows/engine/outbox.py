@@ -359,9 +359,7 @@ CARRY_SECONDS = 0.05
 # far more than the transaction it saves) and closes it after this long without a mark.
 FLUSHER_IDLE_SECONDS = 60.0
 MARK_MANY = (
-    "UPDATE workflow_outbox o SET status = 'DELIVERED', delivered_at = now(), token = NULL, lease_until = NULL "
-    "FROM (SELECT set_config('synchronous_commit', 'off', true)) s, "
-    "unnest(%s::bigint[], %s::uuid[]) AS x(id, token) WHERE o.id = x.id AND o.token = x.token"
+    "SELECT set_config('synchronous_commit', 'off', true), workflow_outbox_delivered(%s::bigint[], %s::uuid[])"
 )
 
 

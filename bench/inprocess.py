@@ -124,8 +124,17 @@ def run(args: argparse.Namespace) -> None:
 
     engine_db._begin = noting_begin  # type: ignore[assignment]
     original = psycopg.Cursor.execute
+    original_queue = engine_db._queue  # a statement queued in a pipeline (not through execute)
 
     def counting(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        note(self, query)
+        return original(self, query, params, **kw)
+
+    def counting_queue(cur: Any, query: Any, params: Any) -> None:
+        note(cur, query)
+        original_queue(cur, query, params)
+
+    def note(self: Any, query: Any) -> None:
         words = (query if isinstance(query, str) else str(query)).split()
         named = 1 if words[:1] == ["SAVEPOINT"] else 2 if words[:2] == ["RELEASE", "SAVEPOINT"] else 0
         key = " ".join(words[:named] if named else words[:4])[:60]  # savepoint names differ each time
@@ -141,13 +150,13 @@ def run(args: argparse.Namespace) -> None:
         ):
             opening[key] += 1
         began[0] = False
-        return original(self, query, params, **kw)
 
     x0 = probe.xact_commit()
     own0 = probe.own_xacts
     pg0 = sum(backend.cpu_times()[:2])
     profile = cProfile.Profile(time.process_time) if args.profile else None
     psycopg.Cursor.execute = counting  # type: ignore[method-assign]
+    engine_db._queue = counting_queue  # type: ignore[assignment]
     c0, t0 = time.process_time(), time.perf_counter()
     if profile:
         profile.enable()
@@ -157,6 +166,7 @@ def run(args: argparse.Namespace) -> None:
         profile.disable()
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
     psycopg.Cursor.execute = original  # type: ignore[method-assign]
+    engine_db._queue = original_queue  # type: ignore[assignment]
     pg = sum(backend.cpu_times()[:2]) - pg0
     x1 = probe.xact_commit()
     xacts = x1 - x0 - (probe.own_xacts - own0) - 1  # the batch's open-task read

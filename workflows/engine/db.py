@@ -122,20 +122,81 @@ def _cursor(prepared: bool) -> Iterator[Any]:
 # so they travel with the statements around them; the pipeline's exit reads every result and
 # raises the first error as before. Where those internals are missing (another psycopg), the
 # public calls are used: the same effect, a round trip more.
-_QUEUES_COMMANDS = all(
-    hasattr(psycopg.Connection, name) for name in ("_exec_command", "_get_tx_start_command", "wait")
-) and hasattr(psycopg.Pipeline, "_communicate_gen")
+_QUEUES_COMMANDS = (
+    all(hasattr(psycopg.Connection, name) for name in ("_exec_command", "_get_tx_start_command", "wait"))
+    and all(hasattr(psycopg.Pipeline, name) for name in ("_communicate_gen", "_exit_gen", "_fetch_gen", "_enqueue_sync"))
+    and all(hasattr(psycopg.Cursor, name) for name in ("_start_query", "_convert_query", "_maybe_prepare_gen"))
+)
 
 
 def _begin(raw: Any) -> None:
-    """Inside ``raw.pipeline()``, before a transaction's first statement: send BEGIN without
-    a Sync. Once it is on the wire libpq reports the connection busy, not idle, so psycopg
-    starts no transaction of its own for the statement that follows."""
+    """Inside ``raw.pipeline()``, before a transaction's first statement: queue BEGIN without
+    a Sync. Once libpq holds it, it reports the connection busy, not idle, so psycopg starts no
+    transaction of its own for the statement that follows."""
     if not _QUEUES_COMMANDS or raw.autocommit or raw.info.transaction_status != IDLE:
         return
     with raw.lock:
-        raw.wait(raw._exec_command(raw._get_tx_start_command()))
-        raw.wait(raw._pipeline._communicate_gen())
+        pipeline = raw._pipeline
+        if pipeline.command_queue:  # not the pipeline's first command: keep psycopg's order
+            raw.wait(raw._exec_command(raw._get_tx_start_command()))
+            raw.wait(pipeline._communicate_gen())
+            return
+        raw.pgconn.send_query_params(raw._get_tx_start_command(), None)  # into libpq's buffer
+        pipeline.result_queue.append(None)
+
+
+# psycopg sends every statement queued in a pipeline as soon as it is queued, and each in a
+# write of its own (its send loop waits for the socket, flushes, and hands libpq one command
+# per turn), and after the pipeline's Sync one more message (a Flush): on a VM every write
+# wakes the server. ``_queue`` queues a statement without sending it, and ``_Pipeline`` hands
+# libpq every queued command at once and leaves out the Flush, so a pipeline's statements and
+# its Sync go out in one write when it ends.
+if _QUEUES_COMMANDS:
+
+    class _Pipeline(psycopg.Pipeline):
+        def _communicate_gen(self) -> Any:
+            queued = self.command_queue
+            while queued:  # into libpq's output buffer (it writes out only a full one)
+                queued.popleft()()
+            yield from super()._communicate_gen()
+
+        def _exit_gen(self) -> Any:
+            try:
+                self._enqueue_sync()
+                yield from self._communicate_gen()
+            finally:
+                # the Sync makes the server send every result: no Flush needed to read them
+                yield from self._fetch_gen(flush=False)
+
+
+def _queue(cur: Any, sql: str, params: Params) -> None:
+    """Inside ``raw.pipeline()``: a statement on a server-binding cursor, queued (psycopg's
+    ``Cursor.execute`` without its send); its results reach ``cur`` when the pipeline ends."""
+    if not _QUEUES_COMMANDS:
+        cur.execute(sql, params)
+        return
+    raw = cur.connection
+    try:
+        with raw.lock:
+            raw.wait(_queue_gen(cur, sql, params))
+    except psycopg.Error as exc:
+        raise exc.with_traceback(None)
+
+
+def _queue_gen(cur: Any, sql: str, params: Params) -> Any:
+    yield from cur._start_query(sql)
+    query = cur._convert_query(sql, params)
+    yield from cur._maybe_prepare_gen(query, prepare=None, binary=None)
+    cur._last_query = sql
+    yield from cur._conn._prepared.maintain_gen(cur._conn)
+
+
+@contextmanager
+def _pipeline(raw: Any) -> Iterator[None]:
+    if _QUEUES_COMMANDS and raw._pipeline is None:
+        raw._pipeline = _Pipeline(raw)
+    with raw.pipeline():
+        yield
 
 
 def _commit(raw: Any) -> None:
@@ -201,7 +262,7 @@ def _queue_deferred(raw: Any, taken: list[tuple[str, Params, Answered]]) -> list
     for sql, params, then in taken:
         cur = psycopg.Cursor(raw)
         sent.append((cur, sql, then))
-        cur.execute(sql, params)
+        _queue(cur, sql, params)
     return sent
 
 
@@ -220,7 +281,7 @@ def _transaction_pipeline(raw: Any, taken: list[tuple[str, Params, Answered]] | 
     them. Once the round trip succeeded each deferred write gets its row."""
     sent: list[tuple[Any, str, Any]] = []
     try:
-        with raw.pipeline():
+        with _pipeline(raw):
             _begin(raw)
             sent = _queue_deferred(raw, _take_deferred() if taken is None else taken)
             yield
@@ -243,7 +304,7 @@ def run(cur: Any, sql: str, params: Any) -> None:
         cur.execute(sql, params)
         return
     with _transaction_pipeline(raw, taken):
-        cur.execute(sql, params)
+        _queue(cur, sql, params)
 
 
 def fetchone(sql: str, params: Params = (), *, prepared: bool = False) -> tuple[Any, ...] | None:
@@ -333,11 +394,11 @@ def execute_batch(statements: Sequence[tuple[str, Params]]) -> int:
         rest: list[psycopg.Cursor[Any]] = []
         try:
             with _transaction_pipeline(raw):
-                first.execute(statements[0][0], statements[0][1])
+                _queue(first, statements[0][0], statements[0][1])
                 for sql, params in statements[1:]:
                     cur = psycopg.Cursor(raw)
                     rest.append(cur)
-                    cur.execute(sql, params)
+                    _queue(cur, sql, params)
         finally:
             for cur in rest:
                 cur.close()
@@ -389,7 +450,7 @@ def _last_and_commit(cur: Any, sql: str, params: Sequence[Any]) -> None:
     """A transaction's last statement, after the writes still deferred, and COMMIT: one round trip."""
     raw = cur.connection
     with _transaction_pipeline(raw):
-        cur.execute(sql, params)
+        _queue(cur, sql, params)
         _commit(raw)
 
 
@@ -455,7 +516,7 @@ def _fetch_batch(statements: Sequence[tuple[str, Params]], *, as_dicts: bool) ->
         try:
             with _transaction_pipeline(raw, taken):
                 for cur, (sql, params) in zip(cursors, statements, strict=True):
-                    cur.execute(sql, params)
+                    _queue(cur, sql, params)
             rows: list[Any] = []
             for cur, (sql, _) in zip(cursors, statements, strict=True):
                 # whether it returned rows, without ``description`` (which builds every column)

@@ -124,7 +124,7 @@ def _cursor(prepared: bool) -> Iterator[Any]:
 # public calls are used: the same effect, a round trip more.
 _QUEUES_COMMANDS = (
     all(hasattr(psycopg.Connection, name) for name in ("_exec_command", "_get_tx_start_command", "wait"))
-    and all(hasattr(psycopg.Pipeline, name) for name in ("_communicate_gen", "_exit_gen", "_fetch_gen", "_enqueue_sync"))
+    and all(hasattr(psycopg.Pipeline, n) for n in ("_communicate_gen", "_exit_gen", "_fetch_gen", "_enqueue_sync"))
     and all(hasattr(psycopg.Cursor, name) for name in ("_start_query", "_convert_query", "_maybe_prepare_gen"))
 )
 

@@ -20,7 +20,7 @@ from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from workflows import conf
+from workflows import conf, publish
 from workflows.engine import executor, outbox, wakeups
 
 log = logging.getLogger("workflows.tasks")
@@ -127,19 +127,20 @@ def deliver(intent_id: int) -> str:
 
 
 # The arguments' text for the worker's logs and the monitors (``argsrepr``), given rather than
-# left to Celery, whose ``saferepr`` of even one short argument is about a third of a publish.
+# left to Celery, whose ``saferepr`` of even one short argument is about a third of a publish;
+# with a Redis broker the message is written directly (``workflows.publish``).
 def _publish_runs(items: list[tuple[str, datetime | None]]) -> None:
     now = timezone.now()
     for run_id, available_at in items:
         if available_at is None or available_at <= now:
-            run_instance.apply_async(args=[run_id], argsrepr=f"['{run_id}']", kwargsrepr="{}")
+            publish.publish(run_instance, [run_id], f"['{run_id}']")
         elif (available_at - now).total_seconds() <= ETA_HINT_LIMIT_SECONDS:
             run_instance.apply_async(args=[run_id], eta=available_at, argsrepr=f"['{run_id}']", kwargsrepr="{}")
 
 
 def _publish_intents(ids: list[int]) -> None:
     for intent_id in ids:
-        deliver.apply_async(args=[intent_id], argsrepr=f"[{int(intent_id)}]", kwargsrepr="{}")
+        publish.publish(deliver, [intent_id], f"[{int(intent_id)}]")
 
 
 @worker_init.connect

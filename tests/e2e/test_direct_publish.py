@@ -1,0 +1,68 @@
+"""Wake-ups written straight onto a Redis broker's list (``workflows.publish``): the envelope is
+the one Celery itself writes, and a real worker runs what was published that way."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+
+import pytest
+from kombu import Connection
+
+from config.celery import app
+from demo.models import PurchaseOrder
+from tests.support.celery_tasks import create_purchase_order
+from tests.support.processes import CeleryProcesses
+from tests.support.waiting import eventually
+from workflows import publish, tasks
+
+# values that differ from one message to the next (ids, tags, the sending process)
+PER_MESSAGE = {"id", "root_id", "origin", "correlation_id", "reply_to", "delivery_tag"}
+
+
+def _comparable(message: dict) -> dict:
+    body = json.loads(base64.b64decode(message["body"]))
+    headers = {k: ("*" if k in PER_MESSAGE else v) for k, v in message["headers"].items()}
+    properties = {k: ("*" if k in PER_MESSAGE else v) for k, v in message["properties"].items()}
+    properties.pop("argsrepr", None)  # Celery copies these into the properties too; workers read the headers
+    properties.pop("kwargsrepr", None)
+    rest = {k: v for k, v in message.items() if k not in ("body", "headers", "properties")}
+    return {"body": body, "headers": headers, "properties": properties, **rest}
+
+
+def test_the_direct_envelope_is_the_one_celery_writes() -> None:
+    run_id = str(uuid.uuid4())
+    argsrepr = f"['{run_id}']"
+    with Connection("memory://") as conn:  # kombu's virtual transport, as Redis's: the same envelope
+        tasks.run_instance.apply_async(args=[run_id], argsrepr=argsrepr, kwargsrepr="{}", connection=conn)
+        celerys = conn.default_channel._get(app.conf.task_default_queue)
+    ours = json.loads(publish._envelope(tasks.run_instance, app.conf.task_default_queue, [run_id], argsrepr))
+
+    assert _comparable(ours) == _comparable(celerys)
+    assert json.loads(base64.b64decode(ours["body"]))[0] == [run_id]
+    assert ours["headers"]["task"] == "workflows.run"
+
+
+def test_the_direct_path_is_taken_only_for_a_plain_redis_broker() -> None:
+    queue = publish._direct_queue(tasks.run_instance)
+    if str(app.conf.broker_url).startswith("redis://"):
+        assert queue == app.conf.task_default_queue
+    else:
+        assert queue is None  # the embedded broker, RabbitMQ...: apply_async
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_runs_a_message_published_directly(celery_worker_process: CeleryProcesses) -> None:
+    if publish._direct_queue(create_purchase_order) is None:
+        pytest.skip("the broker is not a plain Redis broker: nothing is published directly")
+
+    publish.publish(create_purchase_order, ["PO-DIRECT-1"], "['PO-DIRECT-1']")
+
+    eventually(
+        lambda: PurchaseOrder.objects.filter(number="PO-DIRECT-1").exists(),
+        timeout=30,
+        what="the worker to run the directly published message",
+        details=celery_worker_process.logs,
+    )

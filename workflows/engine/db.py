@@ -54,18 +54,19 @@ def cursor() -> Iterator[Any]:
 JSON_OIDS = (114, 3802)  # json, jsonb: Django's psycopg setup hands them over as text
 
 
-def _decoder(description: Any) -> list[bool]:
-    return [getattr(c, "type_code", None) in JSON_OIDS for c in description]
+def _decoder(description: Any) -> tuple[int, ...]:
+    """The positions of the JSON columns."""
+    return tuple(i for i, c in enumerate(description) if getattr(c, "type_code", None) in JSON_OIDS)
 
 
 # The result shape (column names, which are JSON) of each statement text, read from the
 # first result: psycopg builds ``cursor.description`` afresh on every access, which costs more
 # than the rest of a short statement's client work. A text always has the same shape.
-_SHAPES: dict[str, tuple[list[str], list[bool]]] = {}
+_SHAPES: dict[str, tuple[list[str], tuple[int, ...]]] = {}
 _SHAPES_MAX = 1024
 
 
-def shape(cur: Any, sql: str) -> tuple[list[str], list[bool]]:
+def shape(cur: Any, sql: str) -> tuple[list[str], tuple[int, ...]]:
     found = _SHAPES.get(sql)
     if found is None:
         description = cur.description
@@ -76,10 +77,16 @@ def shape(cur: Any, sql: str) -> tuple[list[str], list[bool]]:
     return found
 
 
-def decode_row(row: Sequence[Any], json_columns: list[bool]) -> tuple[Any, ...]:
-    return tuple(
-        json.loads(v) if is_json and isinstance(v, str) else v for v, is_json in zip(row, json_columns, strict=True)
-    )
+def decode_row(row: Sequence[Any], json_columns: tuple[int, ...]) -> tuple[Any, ...]:
+    """A result row with its JSON columns (``shape``) decoded."""
+    if not json_columns:
+        return tuple(row)
+    decoded = list(row)
+    for i in json_columns:
+        value = decoded[i]
+        if isinstance(value, str):
+            decoded[i] = json.loads(value)
+    return tuple(decoded)
 
 
 # Prepared statements for the hot path. Django's connections bind parameters on the client

@@ -362,6 +362,55 @@ class TestRoundTrips:
         assert intent == ("SERVICE", "test.noop")
         assert Task.objects.get(run_id=recorded.run_id).status == "OPEN"
 
+    def test_a_decision_that_ends_the_run_takes_two_round_trips(
+        self, deploy: Any, drain: Any, syncs: list[int]
+    ) -> None:
+        deploy(REVIEW)
+        recorded = operations.start(definition_id="optimistic-review", payload={})
+        drain(recorded.run_id)
+        task = Task.objects.get(run_id=recorded.run_id)
+        operations.complete_task(task_id=task.id, decision="approve")
+        syncs[0] = 0
+        drain(recorded.run_id)
+        # the lock, the fence, the task and what else the run holds; the park and the task
+        # closed with the settlement, the history, the run row and COMMIT
+        assert syncs[0] == 2
+        run = self._committed("SELECT status, state->>'approved' FROM workflow_runs WHERE id = %s", [recorded.run_id])
+        assert run == ("COMPLETED", "true")
+        assert self._committed("SELECT status, decision FROM workflow_tasks WHERE id = %s", [task.id]) == (
+            "COMPLETED",
+            "approve",
+        )
+        open_parks = self._committed(
+            "SELECT count(*) FROM workflow_parks WHERE run_id = %s AND left_at IS NULL", [recorded.run_id]
+        )
+        assert open_parks == (0,)
+        types = history_types(recorded.run_id)
+        assert types.index("TASK_COMPLETED") < types.index("WORKFLOW_COMPLETED")
+
+    def test_a_decision_that_ends_the_run_tears_down_what_else_it_holds(self, deploy: Any, drain: Any) -> None:
+        """What the run holds besides the decided task and its wait's park is read with the
+        lock: another open park of the run is still closed when the decision ends it."""
+        deploy(REVIEW)
+        recorded = operations.start(definition_id="optimistic-review", payload={})
+        drain(recorded.run_id)
+        task = Task.objects.get(run_id=recorded.run_id)
+        with connection.cursor() as cur:  # a park the run holds besides its wait's (as a branch's would be)
+            cur.execute(
+                "INSERT INTO workflow_parks (run_id, definition_id, scope, version, node, kind, branch_id, since, "
+                "left_how, moved_to_version, moved_to_scope, moved_to_node, moved_by) "
+                "SELECT id, definition_id, scope, version, 'elsewhere', 'SIGNAL', 'b1', now(), '', NULL, '', '', '' "
+                "FROM workflow_runs WHERE id = %s",
+                [recorded.run_id],
+            )
+        operations.complete_task(task_id=task.id, decision="approve")
+        drain(recorded.run_id)
+        assert self._committed("SELECT status FROM workflow_runs WHERE id = %s", [recorded.run_id]) == ("COMPLETED",)
+        open_parks = self._committed(
+            "SELECT count(*) FROM workflow_parks WHERE run_id = %s AND left_at IS NULL", [recorded.run_id]
+        )
+        assert open_parks == (0,)
+
 
 SERVICE_THEN_REVIEW = """
 definitionId: service-then-review

@@ -92,6 +92,9 @@ class Drive:
     # what the run still holds, read with the leaving of its wait when the drive goes straight
     # on to end the run (``waits.leave``); consumed by ``teardown.end_run``
     open_things: dict[str, bool] | None = None
+    # a COMPLETION's: what the run holds besides the task it decides and its wait's park, read
+    # with the run's lock (``locks.try_lock_run_with_command``)
+    open_things_beside: dict[str, bool] | None = None
 
     @classmethod
     def for_run(cls, run: dict[str, Any], plan: Plan | None, actor: Actor, **kwargs: Any) -> Drive:

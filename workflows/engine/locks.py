@@ -137,14 +137,18 @@ def try_lock_run_with_command(
     """The segment's first statement: try-lock the run, read our claimed command (None when
     the claim no longer stands) and set the statement deadline. (None, None) when busy.
     ``with_task`` (a COMPLETION) also locks and reads the command's task in the same round
-    trip, answered as the command's ``_task`` (None when there is none)."""
+    trip, answered as the command's ``_task`` (None when there is none), and what the run holds
+    besides that task and its wait's park (``_open_beside``: see ``waits.leave``)."""
     from django.db import transaction
 
-    statements: list[tuple[str, list[Any]]] = [
+    from workflows.engine import teardown
+
+    statements: list[tuple[str, Any]] = [
         (LOCK_WITH_COMMAND, [f"{int(statement_timeout_ms)}ms", command_id, token, command_id, run_id])
     ]
     if with_task:
         statements.append((TASK_OF_COMMAND, [command_id]))
+        statements.append((teardown.OPEN_THINGS_BESIDE_THE_DECISION, {"r": run_id, "c": command_id}))
     try:
         rows = db.fetchdict_batch(statements)
     except DatabaseError as exc:
@@ -160,6 +164,7 @@ def try_lock_run_with_command(
     command = data.pop("_command", None)
     if command is not None and with_task:
         command["_task"] = rows[1]
+        command["_open_beside"] = rows[2]
     more = bool(data.pop("_more", False))
     if command is not None:
         command["_more"] = more  # other runnable commands queued for this run (the executor loops)

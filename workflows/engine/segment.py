@@ -384,6 +384,7 @@ def _apply_completion(drive: Drive, cmd: dict[str, Any]) -> Settle:
     assert plan is not None
     if "_task" in cmd:  # read and locked with the run (segment.run)
         task = cmd["_task"]
+        drive.open_things_beside = cmd.get("_open_beside")
     else:
         task = db.fetchdict(
             "SELECT id, step, branch_id, status, reservation_owner FROM workflow_tasks WHERE id = %s FOR UPDATE",

@@ -49,6 +49,22 @@ OPEN_THINGS = (
 )
 
 
+# The same, but without the park of the wait the run is in and the task a COMPLETION decides:
+# read with the run's lock by a completion's segment (``locks.try_lock_run_with_command``), so
+# that a decision that ends the run knows what is left to tear down before the decision's own
+# writes — closing exactly those two — which then travel with the settlement (``waits.leave``).
+OPEN_THINGS_BESIDE_THE_DECISION = OPEN_THINGS.replace(
+    "FROM workflow_parks WHERE run_id = %(r)s AND left_at IS NULL",
+    "FROM workflow_parks WHERE run_id = %(r)s AND left_at IS NULL "
+    "AND id IS DISTINCT FROM (SELECT (wait->>'park')::bigint FROM workflow_runs WHERE id = %(r)s)",
+).replace(
+    "FROM workflow_tasks WHERE run_id = %(r)s AND status IN ('OPEN','COMPLETING')",
+    "FROM workflow_tasks WHERE run_id = %(r)s AND status IN ('OPEN','COMPLETING') "
+    "AND id IS DISTINCT FROM (SELECT task_id FROM workflow_commands WHERE id = %(c)s)",
+)
+assert OPEN_THINGS_BESIDE_THE_DECISION.count("DISTINCT") == 2
+
+
 def open_things(run_id: Any) -> dict[str, bool]:
     """What an ending run still holds, in one read, so the teardown writes only what it must."""
     with db._cursor(True) as cur:

@@ -92,14 +92,21 @@ def leave(
     ``along``: the caller's own writes on other tables, in the same statement as the park's.
     ``read_open_things``: the caller goes straight on to end the run; what the run still holds
     (``teardown.OPEN_THINGS``) is read in the same round trip, after the writes, and kept for
-    ``teardown.end_run`` (``drive.open_things``) — unless timers are still to be cancelled."""
+    ``teardown.end_run`` (``drive.open_things``) — unless timers are still to be cancelled.
+    A COMPLETION read it with the run's lock (``drive.open_things_beside``: all but the park
+    and the task its writes close): the writes then travel with the segment's next statement
+    (``db.defer``)."""
     wait = drive.run.get("wait")
     park = close_park_statement(wait.get("park"), how) if wait else None
     statements = ([park] if park is not None else []) + list(along)
     timer_ids = [t for t in (wait or {}).get("timers", []) if t != keep_timer]
     if len(statements) > 1:
         statements = [db.fused(statements)]
-    if statements and read_open_things and not timer_ids:
+    beside, drive.open_things_beside = drive.open_things_beside, None
+    if statements and read_open_things and not timer_ids and beside is not None:
+        drive.open_things = beside
+        db.defer(statements[0][0], statements[0][1], _sent)
+    elif statements and read_open_things and not timer_ids:
         from workflows.engine import teardown
 
         drive.open_things = db.fetchdict_batch([*statements, (teardown.OPEN_THINGS, {"r": drive.run["id"]})])[-1]
@@ -114,6 +121,10 @@ def leave(
     drive.run["wait"] = None
     drive.run["status"] = "RUNNING"
     return wait
+
+
+def _sent(_row: tuple[Any, ...] | None) -> None:
+    """A deferred write nobody reads the answer of."""
 
 
 def close_branch_wait(drive: Drive, wait: dict[str, Any] | None, how: str) -> None:

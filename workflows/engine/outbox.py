@@ -358,9 +358,7 @@ CARRY_SECONDS = 0.05
 # The flusher keeps its connection while it is used (a new one for every lone mark would cost
 # far more than the transaction it saves) and closes it after this long without a mark.
 FLUSHER_IDLE_SECONDS = 60.0
-MARK_MANY = (
-    "SELECT set_config('synchronous_commit', 'off', true), workflow_outbox_delivered(%s::bigint[], %s::uuid[])"
-)
+MARK_MANY = "SELECT set_config('synchronous_commit', 'off', true), workflow_outbox_delivered(%s::bigint[], %s::uuid[])"
 
 
 class _Marks:

@@ -173,6 +173,7 @@ else:
     _broker = embedded.broker_settings()
     CELERY_BROKER_URL = str(_broker["broker_url"])
     CELERY_BROKER_TRANSPORT_OPTIONS = dict(_broker["broker_transport_options"])
+    CELERY_BROKER_TRANSPORT = "config.filesystem_broker:Transport"  # messages appear whole
     EMBEDDED_BROKER = True
 # Celery's Django fixup closes the database connection around every task unless this is set (a
 # new PostgreSQL backend per task); our tasks call close_old_connections() themselves.

@@ -54,9 +54,13 @@ def test_the_direct_path_is_taken_only_for_a_plain_redis_broker() -> None:
 
 @pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
-def test_a_worker_runs_a_message_published_directly(celery_worker_process: CeleryProcesses) -> None:
+def test_a_worker_runs_a_message_published_directly(
+    celery_worker_process: CeleryProcesses, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if publish._direct_queue(create_purchase_order) is None:
         pytest.skip("the broker is not a plain Redis broker: nothing is published directly")
+    sent_by_celery: list[object] = []
+    monkeypatch.setattr(create_purchase_order, "apply_async", lambda *a, **k: sent_by_celery.append(a))
 
     publish.publish(create_purchase_order, ["PO-DIRECT-1"], "['PO-DIRECT-1']")
 
@@ -66,3 +70,5 @@ def test_a_worker_runs_a_message_published_directly(celery_worker_process: Celer
         what="the worker to run the directly published message",
         details=celery_worker_process.logs,
     )
+    assert sent_by_celery == []  # the message went straight onto the list, not through Celery
+    assert PurchaseOrder.objects.filter(number="PO-DIRECT-1").count() == 1

@@ -206,6 +206,61 @@ def _pipeline(raw: Any) -> Iterator[None]:
         yield
 
 
+# A claim, then the segment that runs it, in one round trip (``committed_then_batch``): the
+# first statement in a transaction of its own, committed, and the caller's transaction opened
+# with the statements that follow. Needs psycopg's command queue (``_QUEUES_COMMANDS``).
+COMMITS_IN_PIPELINE = _QUEUES_COMMANDS
+
+
+def committed_then_batch(
+    first: tuple[str, Params], statements: Sequence[tuple[str, Params]]
+) -> tuple[dict[str, Any] | None, list[dict[str, Any] | None], DatabaseError | None]:
+    """Inside a ``transaction.atomic()`` block that has sent nothing yet: ``BEGIN; first;
+    COMMIT; BEGIN; statements...`` and one Sync, in one write and one round trip. ``first``
+    is committed before the statements run; they open the block's transaction.
+
+    Answers (first's row, each statement's first row, None); when a statement after ``first``
+    failed: (first's row, [], the error) — ``first`` stands, the block's transaction is aborted
+    and must roll back. Raises when ``first`` itself failed (nothing was committed)."""
+    sql0, params0 = first
+    held: list[Any] = []
+    cursors: list[psycopg.Cursor[Any]] = []
+    try:
+        with _cursor(True) as cur0:
+            held.append(cur0)
+            raw = cur0.connection
+            if not COMMITS_IN_PIPELINE or raw.autocommit or raw.info.transaction_status != IDLE:
+                raise RuntimeError("committed_then_batch: needs an atomic block that has sent nothing yet")
+            cursors = [psycopg.Cursor(raw) for _ in statements]
+            with _pipeline(raw):
+                _begin(raw)
+                _queue(cur0, sql0, params0)
+                with raw.lock:
+                    raw.wait(raw._exec_command(b"COMMIT"))
+                    raw.wait(raw._exec_command(raw._get_tx_start_command()))
+                for cur, (sql, params) in zip(cursors, statements, strict=True):
+                    _queue(cur, sql, params)
+            row0 = _first_dict(cur0, sql0)
+            return row0, [_first_dict(cur, sql) for cur, (sql, _) in zip(cursors, statements, strict=True)], None
+    except DatabaseError as exc:
+        result = held[0].pgresult if held else None
+        if result is None or result.status != TUPLES_OK:
+            raise  # the first statement failed: nothing committed
+        return _first_dict(held[0], sql0), [], exc
+    finally:
+        for cur in cursors:
+            cur.close()
+
+
+def _first_dict(cur: Any, sql: str) -> dict[str, Any] | None:
+    result = cur.pgresult
+    row = cur.fetchone() if result is not None and result.status == TUPLES_OK else None
+    if row is None:
+        return None
+    cols, json_columns = shape(cur, sql)
+    return dict(zip(cols, decode_row(row, json_columns), strict=True))
+
+
 def _commit(raw: Any) -> None:
     """Inside ``raw.pipeline()``: queue COMMIT; the pipeline's exit sends it with its Sync."""
     if not _QUEUES_COMMANDS:

@@ -402,86 +402,110 @@ def process(head: Head) -> str:
     return _execute(head, token, plan, started)[0]
 
 
-def _execute(head: Head, token: Any, plan: Plan | None, started: float) -> tuple[str, bool]:
+def _execute(
+    head: Head | None, token: Any, plan: Plan | None, started: float, claiming: _Claiming | None = None
+) -> tuple[str, bool]:
     """Run the segment of a claimed head (``started``: the monotonic reading before the claim
     was sent, which the deadline is measured from) and dispose of its failure. Answers the
-    outcome and whether the segment saw other runnable commands of the run."""
+    outcome and whether the segment saw other runnable commands of the run.
+
+    With ``claiming`` (and no head yet) the claim travels with the segment's first statements
+    (``_Claiming.open``); ``NotClaimed`` comes out when it claimed nothing to run here."""
     settings = conf.get().EXECUTOR
-    faults.point("after_claim")
+    if claiming is None:
+        faults.point("after_claim")
     margin = _margin()
     deadline = started + settings.LEASE_SECONDS - margin
     while True:
         try:
             settle = segment.run(
-                command_id=head.id,
-                run_id=head.run_id,
+                command_id=head.id if head is not None else 0,
+                run_id=head.run_id if head is not None else claiming.run_id,  # type: ignore[union-attr]
                 token=token,
                 plan=plan,
                 executor_id=executor_id(),
                 deadline=deadline,
                 max_steps=settings.MAX_STEPS_PER_SEGMENT,
-                kind=head.kind,
+                kind=head.kind if head is not None else "",
+                opening=claiming.open if head is None and claiming is not None else None,
             )
-        except segment.Busy:
-            if time.monotonic() > deadline - margin:
-                _release(head.id, token)
-                return "RELEASED", False
-            time.sleep(0.05)
-            continue
-        except segment.Fenced:
-            return "FENCED", False
-        except DeadlineExceeded:
-            log.debug("segment of command %s passed its deadline; the lease will lapse", head.id)
-            return "DEADLINE", False
-        except (DeterministicFailure, StepLimitExceeded, WorkflowError) as exc:
-            if isinstance(exc, WorkflowError) and exc.retryable:
-                _retry_transient(head, token, f"TRANSIENT: {exc.code}")
-                return "TRANSIENT", False
-            reason = (
-                segment._failure_reason(exc)
-                if not isinstance(exc, WorkflowError)
-                else (f"DETERMINISTIC_FAILURE: {exc.code}")
-            )
-            log.error(
-                "command %s failed deterministically (%s)",
-                head.id,
-                reason.split(":")[0],
-                exc_info=log.isEnabledFor(logging.DEBUG),
-            )
-            _fail(head, token, reason, step_limit=isinstance(exc, StepLimitExceeded), deadline=deadline)
-            return "FAILED", False
-        except DatabaseError as exc:
-            if db.sqlstate(exc) == db.QUERY_CANCELED:
-                return "DEADLINE", False
-            if db.is_transient(exc):
-                close_old_connections()
-                _retry_transient(head, token, f"TRANSIENT: database failure ({type(exc).__name__})")
-                return "TRANSIENT", False
-            # exception text can quote values: only its type above DEBUG
-            log.error("command %s failed in the database (%s)", head.id, type(exc).__name__)
-            log.debug("database failure of command %s", head.id, exc_info=True)
-            _fail(
-                head,
-                token,
-                f"DETERMINISTIC_FAILURE: database error ({type(exc).__name__})",
-                step_limit=False,
-                deadline=deadline,
-            )
-            return "FAILED", False
+        except NotClaimed:
+            raise
         except Exception as exc:
-            log.error("command %s failed (%s)", head.id, type(exc).__name__)
-            log.debug("failure of command %s", head.id, exc_info=True)
-            _fail(
-                head,
-                token,
-                f"DETERMINISTIC_FAILURE: the segment failed ({type(exc).__name__})",
-                step_limit=False,
-                deadline=deadline,
-            )
-            return "FAILED", False
+            if head is None:  # the claim travelled with the segment: did it claim?
+                head, plan = claiming.head, claiming.plan  # type: ignore[union-attr]
+                if head is None:
+                    raise
+            outcome = _disposed(exc, head, token, deadline, margin)
+            if outcome is None:
+                time.sleep(0.05)  # the run's lock is busy: poll, never wait on it
+                continue
+            return outcome, False
+        if head is None:
+            head = claiming.head  # type: ignore[union-attr]
+            assert head is not None
         faults.point("after_segment_commit")
         settled(head.run_id, head.id, head.kind, settle.status, (time.monotonic() - started) * 1000)
         return settle.status, settle.more
+
+
+def _disposed(exc: Exception, head: Head, token: Any, deadline: float, margin: float) -> str | None:
+    """What a segment's failure comes to (None: the lock was busy and there is time to try again)."""
+    if isinstance(exc, segment.Busy):
+        if time.monotonic() > deadline - margin:
+            _release(head.id, token)
+            return "RELEASED"
+        return None
+    if isinstance(exc, segment.Fenced):
+        return "FENCED"
+    if isinstance(exc, DeadlineExceeded):
+        log.debug("segment of command %s passed its deadline; the lease will lapse", head.id)
+        return "DEADLINE"
+    if isinstance(exc, DeterministicFailure | StepLimitExceeded | WorkflowError):
+        if isinstance(exc, WorkflowError) and exc.retryable:
+            _retry_transient(head, token, f"TRANSIENT: {exc.code}")
+            return "TRANSIENT"
+        reason = (
+            segment._failure_reason(exc)
+            if not isinstance(exc, WorkflowError)
+            else (f"DETERMINISTIC_FAILURE: {exc.code}")
+        )
+        log.error(
+            "command %s failed deterministically (%s)",
+            head.id,
+            reason.split(":")[0],
+            exc_info=log.isEnabledFor(logging.DEBUG),
+        )
+        _fail(head, token, reason, step_limit=isinstance(exc, StepLimitExceeded), deadline=deadline)
+        return "FAILED"
+    if isinstance(exc, DatabaseError):
+        if db.sqlstate(exc) == db.QUERY_CANCELED:
+            return "DEADLINE"
+        if db.is_transient(exc):
+            close_old_connections()
+            _retry_transient(head, token, f"TRANSIENT: database failure ({type(exc).__name__})")
+            return "TRANSIENT"
+        # exception text can quote values: only its type above DEBUG
+        log.error("command %s failed in the database (%s)", head.id, type(exc).__name__)
+        log.debug("database failure of command %s", head.id, exc_info=True)
+        _fail(
+            head,
+            token,
+            f"DETERMINISTIC_FAILURE: database error ({type(exc).__name__})",
+            step_limit=False,
+            deadline=deadline,
+        )
+        return "FAILED"
+    log.error("command %s failed (%s)", head.id, type(exc).__name__)
+    log.debug("failure of command %s", head.id, exc_info=True)
+    _fail(
+        head,
+        token,
+        f"DETERMINISTIC_FAILURE: the segment failed ({type(exc).__name__})",
+        step_limit=False,
+        deadline=deadline,
+    )
+    return "FAILED"
 
 
 _last_snapshot = 0.0
@@ -547,19 +571,10 @@ def claim_run_head(run_id: Any) -> tuple[Head, Any] | str:
     """Claim the head of one run in one statement: (head, token); otherwise "IDLE" (a busy
     run, a run gone, nothing runnable now) or "FULL_PATH" (an ended or failed run, a head whose
     attempts are spent: the full claim settles or dead-letters it)."""
-    settings = conf.get().EXECUTOR
     token = uuid.uuid4()
-    params = {
-        "run": run_id,
-        "max": settings.MAX_ATTEMPTS,
-        "token": token,
-        "by": executor_id(),
-        "lease": settings.LEASE_SECONDS,
-    }
     # carried marks ride only on a claim that is its own transaction
     marks = [] if connection.in_atomic_block else outbox.take_marks()
-    params["mark_ids"] = [i for i, _ in marks]
-    params["mark_tokens"] = [t for _, t in marks]
+    params = _claim_params(run_id, token, marks)
     try:
         row = _claim_statement(CLAIM_RUN_HEAD, params)
     except BaseException as exc:
@@ -567,14 +582,101 @@ def claim_run_head(run_id: Any) -> tuple[Head, Any] | str:
         if isinstance(exc, DatabaseError) and db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
             return "IDLE"  # the holder is a segment of this run (it looks again) or a recording (it wakes)
         raise
+    claimed = _claimed_head(row)
+    return claimed if isinstance(claimed, str) else (claimed, token)
+
+
+def _claim_params(run_id: Any, token: Any, marks: list[tuple[int, Any]]) -> dict[str, Any]:
+    settings = conf.get().EXECUTOR
+    return {
+        "run": run_id,
+        "max": settings.MAX_ATTEMPTS,
+        "token": token,
+        "by": executor_id(),
+        "lease": settings.LEASE_SECONDS,
+        "mark_ids": [i for i, _ in marks],
+        "mark_tokens": [t for _, t in marks],
+    }
+
+
+def _claimed_head(row: dict[str, Any] | None) -> Head | str:
+    """The head a CLAIM_RUN_HEAD row claimed, or "IDLE" / "FULL_PATH" (``claim_run_head``)."""
     if row is None or row["status_now"] is None:
         return "IDLE"  # (the run is gone)
     status_now, heads = row.pop("status_now"), row.pop("heads")
     if row["id"] is not None:
-        return Head(**row), token
+        return Head(**row)
     if status_now in LIVE and not heads:
         return "IDLE"
     return "FULL_PATH"
+
+
+class NotClaimed(Exception):
+    """The claim that travelled with a segment's first statements found nothing to run here:
+    ``why`` is "IDLE" or "FULL_PATH" (as ``claim_run_head``), "DEFER" (claimed, but this node
+    cannot build the plan) or "FAULT" (the after_claim fault point fired: ``error``)."""
+
+    def __init__(self, why: str, error: BaseException | None = None) -> None:
+        super().__init__(why)
+        self.why = why
+        self.error = error
+
+
+class _Claiming:
+    """A claim sent in the same round trip as the segment's first statements
+    (``locks.claim_and_lock``): the claim commits on its own first, as the reference requires,
+    and the segment's lock, fence and reads follow it without another wait. A claim that finds
+    nothing costs a rollback of the segment's (empty) transaction."""
+
+    def __init__(self, run_id: Any) -> None:
+        self.run_id = run_id
+        self.token = uuid.uuid4()
+        self.marks: list[tuple[int, Any]] = []
+        self.head: Head | None = None
+        self.plan: Plan | None = None
+
+    def open(self, remaining_ms: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None, Plan | None]:
+        sql = CLAIM_RUN_HEAD.format(async_commit=ASYNC_COMMIT)
+        self.marks = outbox.take_marks()
+        params = _claim_params(self.run_id, self.token, self.marks)
+        try:
+            found = locks.claim_and_lock(sql, params, self.run_id, self.token, remaining_ms)
+        except BaseException as exc:
+            outbox.restore_marks(self.marks)  # nothing was committed
+            if isinstance(exc, DatabaseError) and db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
+                raise NotClaimed("IDLE") from None
+            raise
+        claimed = _claimed_head(found.claim)
+        if isinstance(claimed, str):
+            raise NotClaimed(claimed)
+        self.head = claimed
+        self.plan = _plan_for(claimed)
+        if self.plan is None:
+            raise NotClaimed("DEFER")
+        try:
+            faults.point("after_claim")
+        except DatabaseError as exc:  # the injected failure (``faults``): as before the segment
+            raise NotClaimed("FAULT", exc) from None
+        if found.error is not None:
+            raise found.error
+        return found.run, found.command, self.plan
+
+
+def _claim_and_execute(run_id: Any, started: float) -> tuple[str, bool] | str:
+    """Claim the run's head and run its segment, the claim sent with the segment's first
+    statements: (outcome, more), or "IDLE" / "FULL_PATH" / "DEFERRED"."""
+    claiming = _Claiming(run_id)
+    try:
+        return _execute(None, claiming.token, None, started, claiming)
+    except NotClaimed as exc:
+        if exc.why == "DEFER" and claiming.head is not None:
+            # claimed before the plan was looked at: give the attempt back, then defer
+            _release(claiming.head.id, claiming.token)
+            defer(claiming.head)
+            return "DEFERRED"
+        if exc.why == "FAULT" and exc.error is not None:
+            raise exc.error from None
+        return exc.why
 
 
 def drain_run(run_id: Any, *, budget_seconds: float = 20.0) -> int:
@@ -599,6 +701,18 @@ def _drain_run(run_id: Any, stop: float) -> int:
     done = 0
     while time.monotonic() < stop:
         started = time.monotonic()
+        if db.COMMITS_IN_PIPELINE and not connection.in_atomic_block:
+            result = _claim_and_execute(run_id, started)
+            if result == "IDLE":
+                return done
+            if result == "FULL_PATH":
+                return done + drain(run_id=run_id, budget_seconds=max(0.1, stop - time.monotonic()))
+            if result == "DEFERRED":
+                return done + 1
+            done += 1
+            if not result[1]:
+                return done
+            continue
         claimed = claim_run_head(run_id)
         if claimed == "IDLE":
             return done

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.db import DatabaseError, connection
@@ -157,6 +157,12 @@ def try_lock_run_with_command(
                 transaction.set_rollback(True)
             return None, None
         raise
+    return _locked_with_command(rows, with_task=with_task)
+
+
+def _locked_with_command(
+    rows: list[dict[str, Any] | None], *, with_task: bool
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
     data = rows[0]
     if data is None:
         raise InstanceNotFound("run not found")
@@ -174,3 +180,60 @@ def try_lock_run_with_command(
             if command.get(key):
                 command[key] = datetime.fromisoformat(command[key])
     return data, command
+
+
+# The segment's first statements for a command found by its claim token (the claim travels in
+# the same round trip: ``claim_and_lock``). A COMPLETION's task and what the run holds beside
+# it are read as for ``try_lock_run_with_command``; for any other kind both answer nothing.
+CLAIMED = "run_id = %(r)s AND status = 'CLAIMED' AND token = %(t)s"
+LOCK_WITH_CLAIMED = (
+    f"SELECT set_config('statement_timeout', %(timeout)s, true) AS _deadline, {RUN_COLUMNS}, "
+    f"(SELECT row_to_json(c) FROM (SELECT {FENCED_COMMAND} FROM workflow_commands WHERE {CLAIMED}) c) AS _command, "
+    "EXISTS (SELECT 1 FROM workflow_commands e WHERE e.run_id = workflow_runs.id "
+    "AND e.status IN ('PENDING','DEFERRED') AND e.available_at <= now()) AS _more "
+    "FROM workflow_runs WHERE id = %(r)s FOR NO KEY UPDATE NOWAIT"
+)
+TASK_OF_CLAIMED = (
+    "SELECT id, step, branch_id, status, reservation_owner FROM workflow_tasks "
+    f"WHERE id = (SELECT task_id FROM workflow_commands WHERE {CLAIMED} AND kind = 'COMPLETION') FOR UPDATE"
+)
+
+
+class Claimed(NamedTuple):
+    """What ``claim_and_lock`` found: the claim statement's row; the run (None when its lock
+    was busy) and the claimed command (None when no command holds the token)."""
+
+    claim: dict[str, Any] | None
+    run: dict[str, Any] | None
+    command: dict[str, Any] | None
+    error: DatabaseError | None  # a failure after the claim (the claim stands)
+
+
+def claim_and_lock(claim_sql: str, claim_params: Any, run_id: Any, token: Any, statement_timeout_ms: int) -> Claimed:
+    """Inside a segment's ``transaction.atomic()`` that has sent nothing yet: the claim (its own
+    transaction, committed first) and the segment's first statements — try-lock the run, read
+    the command holding ``token``, a COMPLETION's task and what the run holds beside it — in
+    one round trip. Raises when the claim itself failed (nothing committed)."""
+    from django.db import transaction
+
+    from workflows.engine import teardown
+
+    params = {"r": run_id, "t": token}
+    claim, rows, error = db.committed_then_batch(
+        (claim_sql, claim_params),
+        [
+            (LOCK_WITH_CLAIMED, {**params, "timeout": f"{int(statement_timeout_ms)}ms"}),
+            (TASK_OF_CLAIMED, params),
+            (teardown.OPEN_THINGS_BESIDE_A_CLAIMED_DECISION, params),
+        ],
+    )
+    if error is not None:
+        transaction.set_rollback(True)
+        if db.sqlstate(error) == db.LOCK_NOT_AVAILABLE:
+            return Claimed(claim, None, None, None)
+        return Claimed(claim, None, None, error)
+    run, command = _locked_with_command(rows, with_task=True)
+    if command is not None and command["kind"] != "COMPLETION":
+        command.pop("_task", None)
+        command.pop("_open_beside", None)
+    return Claimed(claim, run, command, None)

@@ -75,17 +75,28 @@ def run(
     deadline: float,
     max_steps: int,
     kind: str = "",
+    opening: Opening | None = None,
 ) -> Settle:
     """Apply a claimed command in one transaction. Raises Busy/Fenced/DeadlineExceeded or the failure.
     ``kind`` (the claimed head's) lets a COMPLETION read its task with the lock.
 
+    ``opening`` (the executor's claim travelling with the lock, see ``locks.claim_and_lock``)
+    replaces the first statement: given the milliseconds left, it answers the locked run (None:
+    busy), the command holding ``token`` (None: fenced) and its plan; ``command_id``, ``plan``
+    and ``kind`` are then taken from what it found.
+
     The first attempt takes no savepoints (``Drive.optimistic``); when something escapes one,
     the transaction rolls back whole and the segment runs again with them."""
     claim = _Claim(command_id, run_id, token, plan, executor_id, deadline, max_steps, kind)
+    opened: list[_Claim] = []
     try:
-        return _run(claim, optimistic=True)
+        return _run(claim, optimistic=True, opening=opening, opened=opened)
     except RedoWithSavepoints:
-        return _run(claim, optimistic=False)
+        return _run(opened[0] if opened else claim, optimistic=False)
+
+
+# (milliseconds left) -> (the locked run or None, the command or None, its plan)
+Opening = Callable[[int], tuple[dict[str, Any] | None, dict[str, Any] | None, Plan | None]]
 
 
 class _Claim(NamedTuple):
@@ -99,19 +110,28 @@ class _Claim(NamedTuple):
     kind: str
 
 
-def _run(claim: _Claim, *, optimistic: bool) -> Settle:
+def _run(
+    claim: _Claim, *, optimistic: bool, opening: Opening | None = None, opened: list[_Claim] | None = None
+) -> Settle:
     command_id, run_id, token, plan, executor_id, deadline, max_steps, kind = claim
     with transaction.atomic():
         # one statement: the execution lock (first, so a busy lock aborts an empty
         # transaction), the fence on our claim, and the segment's statement deadline
         remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
-        run_row, cmd = locks.try_lock_run_with_command(
-            run_id, command_id, token, remaining_ms, with_task=kind == "COMPLETION"
-        )
+        if opening is not None:
+            run_row, cmd, plan = opening(remaining_ms)
+        else:
+            run_row, cmd = locks.try_lock_run_with_command(
+                run_id, command_id, token, remaining_ms, with_task=kind == "COMPLETION"
+            )
         if run_row is None:
             raise Busy()
         if cmd is None:
             raise Fenced()
+        if opening is not None:
+            command_id, kind = cmd["id"], cmd["kind"]
+            if opened is not None:
+                opened.append(claim._replace(command_id=command_id, plan=plan, kind=kind))
         segment_log = faults.segment_started(run_id, command_id, token, executor_id)
         actor = actor_of(cmd)
         drive = Drive.for_run(

@@ -64,6 +64,16 @@ OPEN_THINGS_BESIDE_THE_DECISION = OPEN_THINGS.replace(
 )
 assert OPEN_THINGS_BESIDE_THE_DECISION.count("DISTINCT") == 2
 
+# The same for a segment that finds its command by its claim token (``locks.claim_and_lock``):
+# nothing (no row) unless that command is a COMPLETION.
+_CLAIMED = "run_id = %(r)s AND status = 'CLAIMED' AND token = %(t)s"
+OPEN_THINGS_BESIDE_A_CLAIMED_DECISION = (
+    "SELECT * FROM ("
+    + OPEN_THINGS_BESIDE_THE_DECISION.replace("WHERE id = %(c)s", f"WHERE {_CLAIMED}")
+    + f") o WHERE EXISTS (SELECT 1 FROM workflow_commands WHERE {_CLAIMED} AND kind = 'COMPLETION')"
+)
+assert "%(c)s" not in OPEN_THINGS_BESIDE_A_CLAIMED_DECISION
+
 
 def open_things(run_id: Any) -> dict[str, bool]:
     """What an ending run still holds, in one read, so the teardown writes only what it must."""

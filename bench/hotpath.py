@@ -362,9 +362,9 @@ def warm_up(ctx: Context, n: int = 20) -> None:
     wait_done(ctx.probe, "warm", n, timeout=60)
 
 
-def throughput(ctx: Context, n: int) -> dict[str, Any]:
-    """Burst: start N runs until all wait (phase 1), complete all tasks (phase 2)."""
-    tag = "tp"
+def throughput(ctx: Context, n: int, tag: str = "tp") -> dict[str, Any]:
+    """Burst: start N runs until all wait (phase 1), complete all tasks (phase 2). ``tag``
+    names the runs of this round (their business keys)."""
     probe = ctx.probe
     busy_before = measure.wait_idle(ctx.idle_pct, ctx.idle_wait_s)
     xacts0, xid0 = probe.xact_commit(), probe.xid()

@@ -1,6 +1,6 @@
 """Switchyard's hot-path benchmark, side by side with a peer (DBOS Transact).
 
-    python3 dev.py bench            # or: make bench   (about 6-9 minutes on 2 cores)
+    python3 dev.py bench            # or: make bench   (about 10-13 minutes on 2 cores)
     python3 dev.py bench --quick    # a smoke run (about a minute)
     python3 dev.py bench --help     # every option
 
@@ -70,6 +70,11 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--history-entries", type=int, help="history entries of the viewer's run (default 10000; quick 1000)"
     )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        help="throughput rounds, ours and the peer's each (default 2; quick 1): the best of each is compared",
+    )
     ap.add_argument("--no-peer", action="store_true", help="skip the DBOS peer")
     ap.add_argument(
         "--peer-processes",
@@ -102,6 +107,7 @@ def parse_args() -> argparse.Namespace:
     args = ap.parse_args()
     quick = args.quick
     args.n = args.n or (300 if quick else 2000)
+    args.rounds = max(1, args.rounds or (1 if quick else 2))
     args.latency_n = args.latency_n or (40 if quick else 200)
     args.soak_commands = args.soak_commands if args.soak_commands is not None else (1000 if quick else 20000)
     args.history_entries = args.history_entries or (1000 if quick else 10000)
@@ -159,7 +165,9 @@ def run_bench(args: argparse.Namespace, server_url: str, dbname: str, broker: st
     started = time.monotonic()
     mode = "quick" if args.quick else "full"
     peer_db = f"{dbname}_dbos"
-    peer_dbs = [f"{peer_db}_{i}" for i in range(args.peer_processes)] + [f"{peer_db}_lat"]
+    peer_dbs = [f"{_peer_round_db(peer_db, k)}_{i}" for k in range(args.rounds) for i in range(args.peer_processes)] + [
+        f"{peer_db}_lat"
+    ]
     say(
         f"{mode} run: database {dbname} on {measure.with_database(server_url, '')}, broker {broker}, "
         f"pool {args.pool}, N={args.n}"
@@ -216,13 +224,17 @@ def run_bench(args: argparse.Namespace, server_url: str, dbname: str, broker: st
         say(f"workers started ({args.pool}); logs in {logdir}")
         hotpath.warm_up(ctx)
         ours["worker_rss_mb_after_warm_up"] = workers.rss_mb()
-        say(f"throughput: {args.n} runs")
-        ours["throughput"] = hotpath.throughput(ctx, args.n)
-        say(
-            f"  {ours['throughput']['end_to_end_runs_per_s']} runs/s, "
-            f"{ours['throughput']['cpu_ms_per_run']['total']} ms CPU/run, "
-            f"{ours['throughput']['transactions_per_run']} tx/run"
-        )
+        rounds = []
+        for k in range(args.rounds):
+            say(f"throughput: {args.n} runs" + (f" (round {k + 1} of {args.rounds})" if args.rounds > 1 else ""))
+            rounds.append(hotpath.throughput(ctx, args.n, tag="tp" if k == 0 else f"tp{k + 1}"))
+            say(
+                f"  {rounds[-1]['end_to_end_runs_per_s']} runs/s, "
+                f"{rounds[-1]['cpu_ms_per_run']['total']} ms CPU/run, "
+                f"{rounds[-1]['transactions_per_run']} tx/run"
+            )
+        ours["throughput"] = best_round(rounds)
+        ours["throughput_rounds"] = [round_summary(r) for r in rounds]
         say(f"latency: {args.latency_n} completions at {args.rate}/s")
         ours["latency"] = hotpath.latency(ctx, args.latency_n, args.rate)
         say(
@@ -269,12 +281,21 @@ def run_bench(args: argparse.Namespace, server_url: str, dbname: str, broker: st
         else:
             import peer
 
-            measure.wait_idle(args.idle_pct, args.idle_wait)
-            say(f"peer: DBOS, {args.n} workflows in {args.peer_processes} processes")
+            peer_rounds = []
+            for k in range(args.rounds):
+                measure.wait_idle(args.idle_pct, args.idle_wait)
+                say(
+                    f"peer: DBOS, {args.n} workflows in {args.peer_processes} processes"
+                    + (f" (round {k + 1} of {args.rounds})" if args.rounds > 1 else "")
+                )
+                peer_rounds.append(
+                    peer.throughput(server_url, args.n, args.peer_processes, _peer_round_db(peer_db, k), args.timeout)
+                )
+                say(f"  {peer_rounds[-1]['end_to_end_runs_per_s']} runs/s")
             result["dbos"] = {
-                "throughput": peer.throughput(server_url, args.n, args.peer_processes, peer_db, args.timeout)
+                "throughput": best_round(peer_rounds),
+                "throughput_rounds": [round_summary(r) for r in peer_rounds],
             }
-            say(f"  {result['dbos']['throughput']['end_to_end_runs_per_s']} runs/s")
             measure.wait_idle(args.idle_pct, args.idle_wait)
             say(f"peer: DBOS latency, {args.latency_n} sends at {args.rate}/s")
             result["dbos"]["latency"] = peer.latency(
@@ -290,6 +311,26 @@ def run_bench(args: argparse.Namespace, server_url: str, dbname: str, broker: st
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(one_line(result, out), flush=True)
     return 0
+
+
+def _peer_round_db(peer_db: str, k: int) -> str:
+    return peer_db if k == 0 else f"{peer_db}{k + 1}"  # a fresh set of databases per round
+
+
+def best_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round with the highest end-to-end rate. Other work on the machine only ever slows a
+    round down, so the best of each side's rounds is the fairest comparison here (the machine's
+    speed moves by 10-40 % between runs minutes apart); every round is kept in the result."""
+    return max(rounds, key=lambda r: r["end_to_end_runs_per_s"])
+
+
+def round_summary(r: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "end_to_end_runs_per_s": r["end_to_end_runs_per_s"],
+        "phase1_runs_per_s": r["phase1_runs_per_s"],
+        "phase2_runs_per_s": r["phase2_runs_per_s"],
+        "cpu_ms_per_run_total": r["cpu_ms_per_run"]["total"],
+    }
 
 
 def machine(server_url: str) -> dict[str, Any]:
@@ -320,8 +361,12 @@ def ratios(result: dict[str, Any]) -> dict[str, Any]:
         return {}
     tp = ours["throughput"]["end_to_end_runs_per_s"] / dbos["throughput"]["end_to_end_runs_per_s"]
     ol, dl = ours["latency"]["completion_to_done_ms"], dbos["latency"]["completion_to_done_ms"]
+    ours_rounds = [r["end_to_end_runs_per_s"] for r in ours.get("throughput_rounds", [])]
+    dbos_rounds = [r["end_to_end_runs_per_s"] for r in dbos.get("throughput_rounds", [])]
     return {
-        "throughput_ours_over_dbos": round(tp, 2),
+        "throughput_ours_over_dbos": round(tp, 2),  # best round over best round
+        # round k of ours over round k of the peer (not run at the same moment: indicative)
+        "throughput_ours_over_dbos_by_round": [round(o / d, 2) for o, d in zip(ours_rounds, dbos_rounds, strict=False)],
         "latency_p50_ours_over_dbos": round(ol["p50"] / dl["p50"], 2),
         "latency_p95_ours_over_dbos": round(ol["p95"] / dl["p95"], 2),
         "cpu_per_run_ours_over_dbos": round(
@@ -360,6 +405,9 @@ def one_line(result: dict[str, Any], out: Path) -> str:
         d = result["dbos"]
         r = result["ratios"]
         parts[0] += f" vs DBOS {d['throughput']['end_to_end_runs_per_s']} ({r['throughput_ours_over_dbos']}x)"
+        if len(ours.get("throughput_rounds", [])) > 1:
+            rounds = lambda side: "/".join(str(x["end_to_end_runs_per_s"]) for x in side["throughput_rounds"])  # noqa: E731
+            parts[0] += f" [best of rounds: ours {rounds(ours)}, DBOS {rounds(d)}]"
         parts.append(
             f"p50 {lat['p50']} ms vs {d['latency']['completion_to_done_ms']['p50']} ms "
             f"({r['latency_p50_ours_over_dbos']}x), p95 {lat['p95']} ms"

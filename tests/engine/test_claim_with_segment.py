@@ -14,29 +14,10 @@ import pytest
 from django.conf import settings
 from django.db import OperationalError
 
+from tests.engine.test_hot_path_shape import REVIEW
 from workflows import operations
 from workflows.engine import executor, faults
 from workflows.models import Command, HistoryEntry, Run, Task
-
-REVIEW = """
-definitionId: claim-review
-definitionVersion: 1
-contract: {name: claim-review.v1, signals: {}}
-stateSchema: {type: object}
-initialState: "{'number': 'A-1'}"
-initialStep: review
-steps:
-  - id: review
-    type: human-task
-    title: "Review"
-    assignment: {mode: group, value: approvers}
-    decisions:
-      - name: approve
-        set: "{'approved': true}"
-        next: done
-  - id: done
-    type: complete
-"""
 
 
 def other_connection() -> psycopg.Connection[Any]:
@@ -98,9 +79,9 @@ class TestClaimWithSegment:
         self, deploy: Any, round_trips: list[int]
     ) -> None:
         deploy(REVIEW)
-        warm = operations.start(definition_id="claim-review", payload={})
+        warm = operations.start(definition_id="optimistic-review", payload={})
         executor.drain_run(warm.run_id)  # this process has the plan from here on
-        recorded = operations.start(definition_id="claim-review", payload={})
+        recorded = operations.start(definition_id="optimistic-review", payload={})
         executor.recover_expired_runs()  # the drain's own look for lapsed leases is not due now
         round_trips[0] = 0
         assert executor.drain_run(recorded.run_id) == 1
@@ -125,7 +106,7 @@ class TestClaimWithSegment:
 
     def test_a_failure_between_the_claim_and_the_segment_leaves_the_attempt_spent(self, deploy: Any) -> None:
         deploy(REVIEW)
-        recorded = operations.start(definition_id="claim-review", payload={})
+        recorded = operations.start(definition_id="optimistic-review", payload={})
         faults.configure("after_claim:raise:#1")
         try:
             with pytest.raises(OperationalError):
@@ -143,7 +124,7 @@ class TestClaimWithSegment:
 
     def test_a_busy_run_spends_nothing_and_keeps_its_command(self, deploy: Any) -> None:
         deploy(REVIEW)
-        recorded = operations.start(definition_id="claim-review", payload={})
+        recorded = operations.start(definition_id="optimistic-review", payload={})
         with other_connection() as other, other.transaction():
             other.execute("SELECT 1 FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE", [recorded.run_id])
             assert executor.drain_run(recorded.run_id) == 0
@@ -154,7 +135,7 @@ class TestClaimWithSegment:
 
     def test_a_wake_up_with_nothing_to_run_leaves_no_lock_behind(self, deploy: Any) -> None:
         deploy(REVIEW)
-        recorded = operations.start(definition_id="claim-review", payload={})
+        recorded = operations.start(definition_id="optimistic-review", payload={})
         assert executor.drain_run(recorded.run_id) == 1
         assert executor.drain_run(recorded.run_id) == 0  # a repeated wake-up: the run waits for its task
         assert lock_is_free(recorded.run_id)
@@ -166,7 +147,7 @@ class TestClaimWithSegment:
         self, deploy: Any, monkeypatch: Any
     ) -> None:
         deploy(REVIEW)
-        recorded = operations.start(definition_id="claim-review", payload={})
+        recorded = operations.start(definition_id="optimistic-review", payload={})
         monkeypatch.setattr(executor, "_plan_for", lambda head: None)
         assert executor.drain_run(recorded.run_id) == 1
         start = Command.objects.get(run_id=recorded.run_id, kind="START")
@@ -175,3 +156,33 @@ class TestClaimWithSegment:
         assert list(HistoryEntry.objects.filter(run_id=recorded.run_id).values_list("type", flat=True)) == [
             "COMMAND_DEFERRED"
         ]
+
+    def test_a_run_locked_between_the_claim_and_the_segment_is_retried_with_its_plan_looked_up_after(
+        self, deploy: Any, monkeypatch: Any
+    ) -> None:
+        from django.db import transaction
+
+        from workflows.definitions import cache
+        from workflows.engine import locks
+
+        deploy(REVIEW)
+        recorded = operations.start(definition_id="optimistic-review", payload={})
+        real = locks.claim_and_lock
+        seen: list[str] = []
+
+        def busy_after_the_claim(*args: Any, **kwargs: Any) -> locks.Claimed:
+            found = real(*args, **kwargs)
+            if not seen:  # as when a recording takes the run's lock right after the claim's commit
+                seen.append("busy")
+                transaction.set_rollback(True)
+                return locks.Claimed(found.claim, None, None, None)
+            return found
+
+        monkeypatch.setattr(locks, "claim_and_lock", busy_after_the_claim)
+        cache.plan_cache.clear()  # a worker that has not built this plan yet: a look-up in the database
+        assert executor.drain_run(recorded.run_id) == 1
+        assert seen == ["busy"]
+        start = Command.objects.get(run_id=recorded.run_id, kind="START")
+        assert start.status == "COMPLETE" and start.attempts == 1 and start.last_error == ""
+        assert Run.objects.get(id=recorded.run_id).status == "WAITING"
+        assert Task.objects.get(run_id=recorded.run_id).status == "OPEN"

@@ -436,6 +436,12 @@ def _execute(
                 head, plan = claiming.head, claiming.plan  # type: ignore[union-attr]
                 if head is None:
                     raise
+                if plan is None and isinstance(exc, segment.Busy):
+                    plan = _plan_for(head)  # now, outside the rolled-back transaction
+                    if plan is None:
+                        _release(head.id, token)
+                        defer(head)
+                        return "DEFERRED", False
             outcome = _disposed(exc, head, token, deadline, margin)
             if outcome is None:
                 time.sleep(0.05)  # the run's lock is busy: poll, never wait on it
@@ -485,26 +491,13 @@ def _disposed(exc: Exception, head: Head, token: Any, deadline: float, margin: f
             close_old_connections()
             _retry_transient(head, token, f"TRANSIENT: database failure ({type(exc).__name__})")
             return "TRANSIENT"
-        # exception text can quote values: only its type above DEBUG
-        log.error("command %s failed in the database (%s)", head.id, type(exc).__name__)
-        log.debug("database failure of command %s", head.id, exc_info=True)
-        _fail(
-            head,
-            token,
-            f"DETERMINISTIC_FAILURE: database error ({type(exc).__name__})",
-            step_limit=False,
-            deadline=deadline,
-        )
-        return "FAILED"
-    log.error("command %s failed (%s)", head.id, type(exc).__name__)
-    log.debug("failure of command %s", head.id, exc_info=True)
-    _fail(
-        head,
-        token,
-        f"DETERMINISTIC_FAILURE: the segment failed ({type(exc).__name__})",
-        step_limit=False,
-        deadline=deadline,
+    # exception text can quote values: only its type above DEBUG
+    where, what = (
+        ("in the database", "database error") if isinstance(exc, DatabaseError) else ("", "the segment failed")
     )
+    log.error("command %s failed %s(%s)", head.id, f"{where} " if where else "", type(exc).__name__)
+    log.debug("failure of command %s", head.id, exc_info=True)
+    _fail(head, token, f"DETERMINISTIC_FAILURE: {what} ({type(exc).__name__})", step_limit=False, deadline=deadline)
     return "FAILED"
 
 
@@ -650,15 +643,19 @@ class _Claiming:
         if isinstance(claimed, str):
             raise NotClaimed(claimed)
         self.head = claimed
-        self.plan = _plan_for(claimed)
-        if self.plan is None:
-            raise NotClaimed("DEFER")
         try:
             faults.point("after_claim")
         except DatabaseError as exc:  # the injected failure (``faults``): as before the segment
             raise NotClaimed("FAULT", exc) from None
         if found.error is not None:
-            raise found.error
+            raise found.error  # the claim stands; the segment's transaction is aborted
+        if found.run is None or found.command is None:
+            # busy (the transaction is aborted: no look-up may run in it) or fenced: the
+            # segment stops before it needs the plan; ``_execute`` looks it up after the rollback
+            return found.run, found.command, None
+        self.plan = _plan_for(claimed)
+        if self.plan is None:
+            raise NotClaimed("DEFER")
         return found.run, found.command, self.plan
 
 

@@ -34,6 +34,19 @@ def deploy(db: None) -> Callable[..., Any]:
 
 
 @pytest.fixture
+def drawn_park_ids(db: None) -> None:
+    """This process holds a fresh block of park ids drawn ahead (as a worker does after its
+    first human task), so a human task's writes can travel with the settlement."""
+    from workflows.engine import db as engine_db
+    from workflows.engine import waits
+
+    waits._drawn["ids"].clear()
+    statement = waits.draw_statement()
+    assert statement is not None
+    waits.drawn(engine_db.fetchone(*statement))
+
+
+@pytest.fixture
 def drain() -> Callable[..., int]:
     def _drain(run_id: Any = None) -> int:
         return executor.drain(run_id=run_id, budget_seconds=10)

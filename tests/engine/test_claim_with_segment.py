@@ -17,7 +17,7 @@ from django.db import OperationalError
 from tests.engine.test_hot_path_shape import REVIEW
 from workflows import operations
 from workflows.engine import executor, faults
-from workflows.models import Command, HistoryEntry, Run, Task
+from workflows.models import Command, HistoryEntry, Park, Run, Task
 
 
 def other_connection() -> psycopg.Connection[Any]:
@@ -75,20 +75,23 @@ def round_trips(monkeypatch: Any) -> list[int]:
 
 @pytest.mark.django_db(transaction=True)
 class TestClaimWithSegment:
-    def test_a_wake_up_runs_the_start_in_three_round_trips_and_the_completion_in_two(
-        self, deploy: Any, round_trips: list[int]
+    def test_a_wake_up_runs_the_start_in_two_round_trips_and_the_completion_in_two(
+        self, deploy: Any, round_trips: list[int], drawn_park_ids: None
     ) -> None:
         deploy(REVIEW)
         warm = operations.start(definition_id="optimistic-review", payload={})
-        executor.drain_run(warm.run_id)  # this process has the plan from here on
+        executor.drain_run(warm.run_id)  # this process has the plan (and park ids drawn ahead) from here on
         recorded = operations.start(definition_id="optimistic-review", payload={})
         executor.recover_expired_runs()  # the drain's own look for lapsed leases is not due now
         round_trips[0] = 0
         assert executor.drain_run(recorded.run_id) == 1
-        # the claim with the lock and the fence; the task, its park and notice; the settlement
-        assert round_trips[0] == 3
+        # the claim with the lock and the fence; the task, its park and notice with the settlement
+        assert round_trips[0] == 2
         task = Task.objects.get(run_id=recorded.run_id)
         assert task.status == "OPEN"
+        run = Run.objects.get(id=recorded.run_id)
+        park = Park.objects.get(run_id=recorded.run_id)
+        assert run.status == "WAITING" and run.wait["park"] == park.id and park.left_at is None
         operations.complete_task(task_id=task.id, decision="approve")
         executor.recover_expired_runs()
         round_trips[0] = 0

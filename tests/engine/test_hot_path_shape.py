@@ -19,6 +19,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from workflows import operations
+from workflows.engine import waits
 from workflows.models import Command, HistoryEntry, Park, Run, Task
 
 REVIEW = """
@@ -345,15 +346,15 @@ class TestRoundTrips:
         db.defer(insert, ["k5"], answers.append)  # outside ``deferring``: sent at once
         assert answers[-1] == ("k5",)
 
-    def test_a_service_intent_travels_with_the_human_tasks_round_trip(
-        self, deploy: Any, drain: Any, syncs: list[int]
+    def test_a_service_intent_and_the_human_task_travel_with_the_settlement(
+        self, deploy: Any, drain: Any, syncs: list[int], drawn_park_ids: None
     ) -> None:
         deploy(SERVICE_THEN_REVIEW)
         recorded = operations.start(definition_id="service-then-review", payload={})
         syncs[0] = 0
         drain(recorded.run_id)
-        # the lock and fence; the intent, the park, the task and its notice; the settlement
-        assert syncs[0] == 3
+        # the lock and fence; the intent, the park, the task and its notice with the settlement
+        assert syncs[0] == 2
         types = history_types(recorded.run_id)
         assert types.index("SERVICE_DISPATCHED") < types.index("TASK_CREATED")
         intent = self._committed(
@@ -361,6 +362,59 @@ class TestRoundTrips:
         )
         assert intent == ("SERVICE", "test.noop")
         assert Task.objects.get(run_id=recorded.run_id).status == "OPEN"
+
+    def test_the_first_task_of_a_process_draws_park_ids_for_the_next(
+        self, deploy: Any, drain: Any, syncs: list[int]
+    ) -> None:
+        deploy(REVIEW)
+        waits._drawn["ids"].clear()  # a process that has drawn none yet
+        first = operations.start(definition_id="optimistic-review", payload={})
+        second = operations.start(definition_id="optimistic-review", payload={})
+        syncs[0] = 0
+        drain(first.run_id)
+        # the lock and fence; the park, the task, its notice and a block of park ids; the settlement
+        assert syncs[0] == 3
+        assert len(waits._drawn["ids"]) == waits.PARK_IDS_PER_DRAW
+        drawn = list(waits._drawn["ids"])
+        syncs[0] = 0
+        drain(second.run_id)
+        assert syncs[0] == 2  # the park, the task and its notice went with the settlement
+        for recorded in (first, second):
+            run = Run.objects.get(id=recorded.run_id)
+            park = Park.objects.get(run_id=recorded.run_id)
+            assert run.status == "WAITING" and run.wait["park"] == park.id and park.left_at is None
+            assert Task.objects.get(run_id=recorded.run_id).status == "OPEN"
+        assert Park.objects.get(run_id=second.run_id).id == drawn[0]
+        assert history_types(second.run_id) == history_types(first.run_id)
+
+    def test_a_task_with_a_due_date_keeps_its_round_trip_for_its_timer(
+        self, deploy: Any, drain: Any, syncs: list[int], drawn_park_ids: None
+    ) -> None:
+        deploy(REVIEW_WITH_DUE_DATE)
+        recorded = operations.start(definition_id="review-due", payload={})
+        before = len(waits._drawn["ids"])
+        syncs[0] = 0
+        drain(recorded.run_id)
+        # the lock and fence; the park, the task, its due date's timer and notice; the settlement
+        assert syncs[0] == 3
+        assert len(waits._drawn["ids"]) == before  # no drawn id taken
+        run = Run.objects.get(id=recorded.run_id)
+        due = Command.objects.get(run_id=recorded.run_id, kind="TIMER", status="PENDING")
+        assert run.wait["park"] == Park.objects.get(run_id=recorded.run_id).id
+        assert run.wait["timers"] == [due.timer_id]
+
+    def test_park_ids_drawn_ahead_serve_only_their_process_and_database(
+        self, monkeypatch: Any, drawn_park_ids: None
+    ) -> None:
+        assert waits.draw_statement() is None and waits._drawn["ids"]
+        with monkeypatch.context() as forked:
+            forked.setattr(waits.os, "getpid", lambda: -1)
+            assert waits.drawn_park_id() is None and waits.draw_statement() is not None
+        with monkeypatch.context() as elsewhere:
+            elsewhere.setitem(connection.settings_dict, "NAME", "another_database")
+            assert waits.drawn_park_id() is None and waits.draw_statement() is not None
+        first, second = waits.drawn_park_id(), waits.drawn_park_id()
+        assert first is not None and second is not None and first != second  # each id once
 
     def test_a_decision_that_ends_the_run_takes_two_round_trips(
         self, deploy: Any, drain: Any, syncs: list[int]
@@ -410,6 +464,27 @@ class TestRoundTrips:
             "SELECT count(*) FROM workflow_parks WHERE run_id = %s AND left_at IS NULL", [recorded.run_id]
         )
         assert open_parks == (0,)
+
+
+REVIEW_WITH_DUE_DATE = """
+definitionId: review-due
+definitionVersion: 1
+contract: {name: review-due.v1, signals: {}}
+stateSchema: {type: object}
+initialState: "{'number': 'A-1'}"
+initialStep: review
+steps:
+  - id: review
+    type: human-task
+    title: "Review"
+    assignment: {mode: group, value: approvers}
+    due: {after: P2D, next: expired}
+    decisions:
+      - name: approve
+        next: done
+  - {id: expired, type: complete}
+  - {id: done, type: complete}
+"""
 
 
 SERVICE_THEN_REVIEW = """

@@ -294,6 +294,15 @@ def deferring() -> Iterator[None]:
 Answered = Callable[[tuple[Any, ...] | None], None]  # a deferred write's row, when it is known
 
 
+def deferring_now() -> bool:
+    """Inside ``deferring()``: a write given to ``defer`` waits for the next statement."""
+    return getattr(_deferred, "pending", None) is not None
+
+
+def ignore_answer(row: tuple[Any, ...] | None) -> None:
+    """The ``then`` of a deferred write whose row nobody needs."""
+
+
 def defer(sql: str, params: Params, then: Answered) -> None:
     """Send a write with the transaction's next statement (at once outside ``deferring``)."""
     pending = getattr(_deferred, "pending", None)

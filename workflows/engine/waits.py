@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
+
+from django.db import connection
 
 from workflows.engine import commands, db, wakeups
 from workflows.engine.drive import Drive
@@ -14,10 +18,66 @@ OPEN_PARK = (
 )
 
 
-def park_statement(drive: Drive, *, node: str, kind: str, branch_id: str = "") -> tuple[str, list[Any]]:
-    """The insert of a park row (answers its id), for a caller that batches it with others."""
+OPEN_PARK_DRAWN = (
+    "INSERT INTO workflow_parks (id, run_id, scope, definition_id, version, node, kind, branch_id, since, left_how, "
+    "moved_to_scope, moved_to_node, moved_by) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,now(),'','','','')"
+)
+
+
+def park_statement(
+    drive: Drive, *, node: str, kind: str, branch_id: str = "", park_id: int | None = None
+) -> tuple[str, list[Any]]:
+    """The insert of a park row (answers its id), for a caller that batches it with others;
+    with ``park_id`` (one of ``drawn_park_id``) the row takes that id and answers nothing."""
     run = drive.run
-    return OPEN_PARK, [run["id"], run["scope"], run["definition_id"], run["version"], node, kind, branch_id]
+    params = [run["id"], run["scope"], run["definition_id"], run["version"], node, kind, branch_id]
+    if park_id is not None:
+        return OPEN_PARK_DRAWN, [park_id, *params]
+    return OPEN_PARK, params
+
+
+# Park ids drawn ahead from the parks' own sequence, a block at a time, for this process: a
+# park whose id is known before its insert needs no answer, so a waiting node's writes can
+# travel with the segment's settlement (``db.defer``) instead of a round trip of their own.
+# An id is used once or lost (a rolled-back insert leaves a gap, as the sequence would). The
+# block belongs to this process and database: a forked child, or a connection to another
+# database, draws its own.
+PARK_IDS_PER_DRAW = 64
+DRAW_PARK_IDS = "SELECT array_agg(nextval(pg_get_serial_sequence('workflow_parks', 'id'))) FROM generate_series(1, %s)"
+_drawn: dict[str, Any] = {"owner": None, "ids": deque()}
+
+
+def _owner() -> tuple[Any, ...]:
+    s = connection.settings_dict
+    return (os.getpid(), s.get("HOST"), s.get("PORT"), s.get("NAME"))
+
+
+def drawn_park_id() -> int | None:
+    """A park id drawn ahead for this process, or None when none is left (``draw_statement``)."""
+    ids: deque[int] = _drawn["ids"]
+    if not ids or _drawn["owner"] != _owner():
+        return None
+    try:
+        return ids.popleft()
+    except IndexError:
+        return None
+
+
+def draw_statement() -> tuple[str, list[Any]] | None:
+    """The statement that draws the next block when this process has none left (its row goes
+    to ``drawn``), else None."""
+    if _drawn["ids"] and _drawn["owner"] == _owner():
+        return None
+    return DRAW_PARK_IDS, [PARK_IDS_PER_DRAW]
+
+
+def drawn(row: tuple[Any, ...] | None) -> None:
+    """Keep the block a ``draw_statement`` answered."""
+    if row is not None and row[0]:
+        owner = _owner()
+        if _drawn["owner"] != owner:
+            _drawn["owner"], _drawn["ids"] = owner, deque()
+        _drawn["ids"].extend(int(i) for i in row[0])
 
 
 def open_park(drive: Drive, *, node: str, kind: str, branch_id: str = "") -> int:

@@ -136,14 +136,36 @@ def opened(drive: Drive, step: HumanTaskStep, o: Opening, *, park_id: int, timer
 
 def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
     o = prepare(drive, step)  # may fail: before any write
+    specs = timer_specs(step, o)
+    park_id = waits.drawn_park_id() if not specs and db.deferring_now() else None
+    if park_id is not None:
+        # nothing before the commit needs an answer (the park's id was drawn ahead, and a task
+        # without timers has no timer rows to list): the park, the task and its notice travel
+        # with the segment's next statement, its settlement as a rule
+        db.defer(
+            *waits.park_statement(drive, node=step.id, kind="TASK", branch_id=drive.branch_id, park_id=park_id),
+            db.ignore_answer,
+        )
+        db.defer(INSERT_TASK, task_params(drive, step, o), db.ignore_answer)
+        notice, notice_context = outbox.notice_statement(
+            drive, task_id=o.task_id, reason="opened", assignment=(o.mode, o.value)
+        )
+
+        def recorded(row: tuple[Any, ...] | None) -> None:
+            outbox.notice_recorded(drive, row, notice_context)
+
+        db.defer(*notice, recorded)
+        opened(drive, step, o, park_id=park_id, timers=[])
+        return WAIT
     # one round trip: the park, the task (before its timers, which reference it), its due date
-    # and reminder timers, and its notice (delivered at once when nobody can receive it)
+    # and reminder timers, and its notice (delivered at once when nobody can receive it); and,
+    # when this process has no park ids drawn ahead, the next block of them
     statements = [
         waits.park_statement(drive, node=step.id, kind="TASK", branch_id=drive.branch_id),
         (INSERT_TASK, task_params(drive, step, o)),
     ]
     timers: list[int] = []  # the queue position each timer statement took
-    for spec in timer_specs(step, o):
+    for spec in specs:
         sql, params, seq = commands.timer_statement(drive.run, branch_id=drive.branch_id, **spec)
         statements.append((sql, params))
         timers.append(seq)
@@ -151,7 +173,12 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         drive, task_id=o.task_id, reason="opened", assignment=(o.mode, o.value)
     )
     statements.append(notice)
+    draw = waits.draw_statement() if not specs else None
+    if draw is not None:
+        statements.append(draw)
     rows = db.fetch_batch(statements)
+    if draw is not None:
+        waits.drawn(rows.pop())
     park = rows[0]
     assert park is not None
     opened(

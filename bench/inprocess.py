@@ -1,13 +1,14 @@
 """The hot path in one process, without a broker: what the engine itself costs per run.
 
-    .venv/bin/python bench/inprocess.py [--n 400] [--profile cumulative|tottime] [--statements]
+    .venv/bin/python bench/inprocess.py [--n 400] [--profile cumulative|tottime] [--statements] [--backend-stats]
 
 Approval runs go through ``workflows.operations`` and the Celery task functions themselves
 (``workflows.run``, ``workflows.deliver``) called in this process from a FIFO that stands in
 for the broker, on a database of its own (``<bench database>_inprocess``, dropped afterwards).
 It reports messages, statements (as psycopg sends them), transactions and CPU per run — the
 client and executor CPU of this process and the CPU of its PostgreSQL backend — with none of
-the noise of worker processes sharing two cores. ``--profile`` prints a cProfile of CPU time.
+the noise of worker processes sharing two cores. ``--profile`` prints a cProfile of CPU time;
+``--backend-stats`` the backend's CPU statement by statement (``bench/backend_stats.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=400)
     ap.add_argument("--profile", choices=["cumulative", "tottime"], help="print a cProfile (CPU time)")
     ap.add_argument("--statements", action="store_true", help="list the statements per run by kind")
+    ap.add_argument(
+        "--backend-stats",
+        action="store_true",
+        help="the PostgreSQL backend's CPU per statement (log_statement_stats; needs a superuser and the server log)",
+    )
+    ap.add_argument("--server-log", type=Path, help="the server's log file (default: Debian's for its version)")
     args = ap.parse_args()
 
     url = os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
@@ -151,6 +158,14 @@ def run(args: argparse.Namespace) -> None:
             opening[key] += 1
         began[0] = False
 
+    stats_log: Path | None = None
+    if args.backend_stats:
+        import backend_stats
+
+        stats_log = args.server_log or backend_stats.default_log(connection.pg_version)
+        log_offset = stats_log.stat().st_size
+        with connection.cursor() as cur:
+            backend_stats.enable(cur)
     x0 = probe.xact_commit()
     own0 = probe.own_xacts
     pg0 = sum(backend.cpu_times()[:2])
@@ -168,6 +183,9 @@ def run(args: argparse.Namespace) -> None:
     psycopg.Cursor.execute = original  # type: ignore[method-assign]
     engine_db._queue = original_queue  # type: ignore[assignment]
     pg = sum(backend.cpu_times()[:2]) - pg0
+    if stats_log is not None:
+        with connection.cursor() as cur:
+            backend_stats.disable(cur)
     x1 = probe.xact_commit()
     xacts = x1 - x0 - (probe.own_xacts - own0) - 1  # the batch's open-task read
     n = args.n
@@ -191,6 +209,11 @@ def run(args: argparse.Namespace) -> None:
         print("statements that open a transaction, per run:")
         for text, k in opening.most_common(15):
             print(f"  {k / n:5.2f}  {text}")
+    if stats_log is not None:
+        with stats_log.open("rb") as log:
+            log.seek(log_offset)
+            text = log.read().decode("utf-8", "replace")
+        backend_stats.report(backend_stats.summarise(text, backend.pid), n)
     probe.close()
 
 

@@ -129,3 +129,40 @@ def test_deep_nesting_is_refused_not_crashing():
 
 def test_unknown_format_is_refused():
     assert types(refuse(MINIMAL, "toml")) == ["format"]
+
+
+@pytest.fixture(params=["libyaml", "python"])
+def yaml_loader(request, monkeypatch):
+    """Both YAML front ends refuse the same things the same way: libyaml's scanner and parser
+    (when PyYAML has it) and PyYAML's own, each under the strict composer."""
+    from workflows.definitions import documents
+
+    if request.param == "libyaml":
+        if documents._LOADER is documents._StrictLoader:
+            pytest.skip("PyYAML without libyaml")
+    else:
+        monkeypatch.setattr(documents, "_LOADER", documents._StrictLoader)
+    return request.param
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "line"),
+    [
+        ("a: &x [1, 2]\nb: *x\n", "alias", 2),
+        ("a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\n", "alias", 2),  # an alias bomb stops at once
+        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "depth", None),
+        ("".join("  " * i + f"k{i}:\n" for i in range(300)) + "  " * 300 + "v\n", "depth", None),
+        ("a: 1\nb: [1, 2\nc: 3\n", "syntax", 3),
+        ("a:\n\t- 1\n", "syntax", 2),
+    ],
+    ids=["alias", "alias-bomb", "deep-flow", "deep-block", "unclosed", "tab"],
+)
+def test_each_yaml_front_end_refuses_alike(yaml_loader, text, kind, line):
+    error = refuse(text)
+    assert types(error) == [kind]
+    assert error.violations[0].line == line
+
+
+def test_each_yaml_front_end_reads_a_document_alike(yaml_loader):
+    document = parse("definitionId: a\nsteps:\n  - {id: s, type: complete, note: 'x: y'}\n", "yaml")
+    assert document.data == {"definitionId": "a", "steps": [{"id": "s", "type": "complete", "note": "x: y"}]}

@@ -160,10 +160,32 @@ _STANDARD_TAGS = {
 }
 
 
+if getattr(yaml, "__with_libyaml__", False):
+    from yaml.cyaml import CParser  # type: ignore[attr-defined]  # the stubs do not re-export it
+
+    class _FastStrictLoader(_StrictComposer, CParser, BaseConstructor, _CoreResolver):
+        """libyaml's scanner and parser (C, linear in flow depth) under the strict composer
+        above, which refuses aliases and deep nesting event by event as before."""
+
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            _StrictComposer.__init__(self)
+            BaseConstructor.__init__(self)
+            _CoreResolver.__init__(self)
+
+    _LOADER: type = _FastStrictLoader
+else:  # PyYAML without libyaml: the pure-Python scanner, bounded in flow depth
+    _LOADER = _StrictLoader
+
+
 def _compose_yaml(text: str) -> Node | None:
-    loader = _StrictLoader(text)
+    loader = _LOADER(text)
     try:
         return loader.get_single_node()
+    except yaml.MarkedYAMLError as error:
+        if "maximum nesting depth" in str(error.problem or ""):  # libyaml's own bound (1,000 levels)
+            raise _TooDeep() from None
+        raise
     finally:
         loader.dispose()
 

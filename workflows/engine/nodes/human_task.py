@@ -137,6 +137,9 @@ def opened(drive: Drive, step: HumanTaskStep, o: Opening, *, park_id: int, timer
 def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
     o = prepare(drive, step)  # may fail: before any write
     specs = timer_specs(step, o)
+    notice, notice_context = outbox.notice_statement(
+        drive, task_id=o.task_id, reason="opened", assignment=(o.mode, o.value)
+    )
     park_id = waits.drawn_park_id() if not specs and db.deferring_now() else None
     if park_id is not None:
         # nothing before the commit needs an answer (the park's id was drawn ahead, and a task
@@ -147,9 +150,6 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
             db.ignore_answer,
         )
         db.defer(INSERT_TASK, task_params(drive, step, o), db.ignore_answer)
-        notice, notice_context = outbox.notice_statement(
-            drive, task_id=o.task_id, reason="opened", assignment=(o.mode, o.value)
-        )
 
         def recorded(row: tuple[Any, ...] | None) -> None:
             outbox.notice_recorded(drive, row, notice_context)
@@ -169,9 +169,6 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         sql, params, seq = commands.timer_statement(drive.run, branch_id=drive.branch_id, **spec)
         statements.append((sql, params))
         timers.append(seq)
-    notice, notice_context = outbox.notice_statement(
-        drive, task_id=o.task_id, reason="opened", assignment=(o.mode, o.value)
-    )
     statements.append(notice)
     draw = waits.draw_statement() if not specs else None
     if draw is not None:

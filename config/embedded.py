@@ -28,9 +28,17 @@ def database_settings() -> dict[str, Any]:
     import pgserver  # imported lazily: production never loads it
 
     pgdata = (DATA_DIR / "pg").resolve()
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    # Made here, not by pgserver: its exists-then-mkdir fails in the second of two processes
+    # started together on a new data folder (web, worker and beat from ``dev.py run``).
+    pgdata.mkdir(parents=True, exist_ok=True)
     with pgserver.PostgresServer._lock:  # no process starts or stops a server meanwhile
         _forget_stale_server(pgdata)
+        if os.name == "posix" and os.geteuid() == 0:
+            # As root pgserver runs the server as a user it adds itself, before it takes its
+            # lock: two processes adding it together would make one of them fail.
+            from pgserver.utils import ensure_user_exists
+
+            ensure_user_exists("pgserver")
     server = pgserver.get_server(pgdata, cleanup_mode="stop")
     # Registered after pgserver's own exit hook, so it runs first (atexit is last-in,
     # first-out): the last live process then really is the last handle and stops the server.

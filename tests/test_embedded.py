@@ -238,10 +238,22 @@ def pgdata(data_dir: Path) -> Path:
 def start(data_dir: Path, pgdata: Path, tmp_path: Path) -> Iterator[Callable[[], LocalProcess]]:
     """Start local processes on the module's data folder; all of them, and any server they
     leave behind (with its own processes), are gone after the test."""
+    yield from _starting(data_dir, pgdata, tmp_path)
+
+
+@pytest.fixture
+def start_on_new_folder(tmp_path: Path) -> Iterator[Callable[[], LocalProcess]]:
+    """Like ``start``, on a data folder no process has used yet (its own initdb)."""
+    data_dir = tmp_path / "new-data"
+    data_dir.mkdir()
+    yield from _starting(data_dir, (data_dir / "pg").resolve(), tmp_path)
+
+
+def _starting(data_dir: Path, pgdata: Path, logs: Path) -> Iterator[Callable[[], LocalProcess]]:
     started: list[LocalProcess] = []
 
     def start_one() -> LocalProcess:
-        process = LocalProcess(data_dir, tmp_path / f"process-{len(started)}.log")
+        process = LocalProcess(data_dir, logs / f"process-{len(started)}.log")
         started.append(process)
         return process
 
@@ -281,6 +293,19 @@ def test_processes_started_together_on_one_data_folder_share_one_server(
     web.sql("CREATE TABLE shared_note (body text)")
     web.sql("INSERT INTO shared_note VALUES ('from web')")
     assert worker.sql("SELECT body FROM shared_note") == [["from web"]]
+
+
+def test_processes_started_together_on_a_new_data_folder_share_one_server(
+    start_on_new_folder: Callable[[], LocalProcess],
+) -> None:
+    # What ``dev.py run`` does on a fresh checkout: web, worker and beat all find no server
+    # folder yet, and all of them want to create it.
+    web, worker, beat = start_on_new_folder(), start_on_new_folder(), start_on_new_folder()
+
+    assert web.server == worker.server == beat.server
+    web.sql("CREATE TABLE shared_note (body text)")
+    web.sql("INSERT INTO shared_note VALUES ('from web')")
+    assert beat.sql("SELECT body FROM shared_note") == [["from web"]]
 
 
 def test_server_stays_up_while_a_process_uses_it_and_stops_with_the_last(

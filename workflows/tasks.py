@@ -46,7 +46,7 @@ def _connection_ready() -> None:
         _connection_checked = now
 
 
-@shared_task(name="workflows.run", ignore_result=True)
+@shared_task(name="workflows.run", ignore_result=True, Strategy="workflows.strategy:inline")
 def run_instance(run_id: str) -> int:
     _connection_ready()
     with wakeups.inline_delivery() as claimed:

@@ -72,10 +72,14 @@ class CeleryProcesses:
 
     READY_TIMEOUT = 90.0
 
-    def __init__(self, env: dict[str, str], workdir: Path, *, concurrency: int = 2) -> None:
+    def __init__(
+        self, env: dict[str, str], workdir: Path, *, concurrency: int = 2, pool: str = "prefork", queue: str = ""
+    ) -> None:
         self.env = env
         self.workdir = workdir
         self.concurrency = concurrency
+        self.pool = pool  # "solo": the worker process runs the tasks itself
+        self.queue = queue  # consume this queue only (default: the app's default queue)
         self.worker: subprocess.Popen[bytes] | None = None
         self.beat: subprocess.Popen[bytes] | None = None
         self.worker_log: Path | None = None
@@ -90,11 +94,13 @@ class CeleryProcesses:
         argv = [
             sys.executable, "-m", "celery", "-A", "config", "worker",
             "--loglevel", "info",
-            "--pool", "prefork", "--concurrency", str(self.concurrency),
+            "--pool", self.pool, "--concurrency", str(self.concurrency),
             "--hostname", f"test-worker-{os.getpid()}-{self._starts}@%h",
             "--include", "tests.support.celery_tasks",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
         ]  # fmt: skip
+        if self.queue:
+            argv += ["--queues", self.queue]
         self.worker = self._spawn(argv, self.worker_log, "test-worker")
         self._wait_for(self.worker, self.worker_log, " ready.", "the Celery worker")
 

@@ -28,6 +28,7 @@ from django.views.decorators.csrf import csrf_protect
 
 from capture import reconcile as reconciling
 from capture.models import UNRESOLVED, Capture, CaptureStatus
+from workflows import access
 from workflows.exceptions import WorkflowError
 
 PAGE_SIZE = 50
@@ -102,6 +103,9 @@ class CaptureAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return access.has(request.user, access.Capability.VIEW_CAPTURES)  # as the API's capture list
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -2,9 +2,9 @@
 
 - ``GET /api/v1/captures/`` — newest first, cursor-paged; filters ``status`` (one or more,
   comma-separated), ``event``, ``model`` (``app_label.ModelName``), ``object_pk``. Needs
-  ``capture.view_capture`` (or being an administrator).
+  the view captures capability (``workflows.access``).
 - ``POST /api/v1/captures/{id}/reconcile/`` — ``{"replay": true|false, "reason": "..."}``;
-  administrators only (superusers, ``capture.reconcile_capture``); answers the capture.
+  the operate capability only (``workflows.access``); answers the capture.
   Refusals: PERMISSION_DENIED (403), CAPTURE_NOT_FOUND (404), INVALID_TRANSITION (409: pending,
   active, dispatched or resolved), INVALID_PAYLOAD (400: blank reason).
 
@@ -19,26 +19,16 @@ from django.urls import path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
-from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from capture import reconcile as reconciling
 from capture.models import Capture, CaptureEvent, CaptureStatus
-from workflows.api import pagination
+from workflows.access import Capability
+from workflows.api import pagination, permissions
 from workflows.api.views import PAGE, ApiView, errors, valid
 
-VIEW_CAPTURES = "capture.view_capture"
-
-
-class CanReadCaptures(BasePermission):
-    message = f"reading captures needs the permission {VIEW_CAPTURES}"
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        user = request.user
-        if not (user and user.is_authenticated):
-            return False
-        return bool(user.has_perm(VIEW_CAPTURES) or reconciling.is_administrator(user))
+CanReadCaptures = permissions.CanReadCaptures  # the view captures capability (workflows.access)
 
 
 class CaptureCursor(pagination.HistoryCursor):
@@ -148,6 +138,8 @@ class CapturesView(ApiView):
 
 
 class CaptureReconcileView(ApiView):
+    write_permission = permissions.requires(Capability.OPERATE)
+
     @extend_schema(
         operation_id="captures_reconcile",
         tags=["captures"],

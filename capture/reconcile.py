@@ -14,9 +14,9 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from capture.models import UNRESOLVED, Capture, CaptureStatus
+from workflows import access
 from workflows.exceptions import InvalidPayload, Violation, WorkflowError
 
-PERMISSION = "capture.reconcile_capture"
 REASON_LIMIT = 1000
 
 
@@ -39,10 +39,9 @@ class ReconcileRefused(WorkflowError):
 
 
 def is_administrator(user: Any) -> bool:
-    """A superuser, or an active user with the ``capture.reconcile_capture`` permission."""
-    if user is None or not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", False):
-        return False
-    return bool(user.is_superuser or user.has_perm(PERMISSION))
+    """Whether ``user`` holds the operate capability (``workflows.access``): an active
+    superuser, or an active user with ``capture.reconcile_capture`` or ``workflows.change_command``."""
+    return access.has(user, access.Capability.OPERATE)
 
 
 def _clean_reason(reason: Any) -> str:

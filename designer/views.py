@@ -1,10 +1,11 @@
-"""The designer's pages (staff): the workflow list, a workflow's revisions, the editor of a new
-revision with its live graph and problems, the step form, revision diffs, and Deploy.
+"""The designer's pages (view definitions capability, ``workflows.access``): the workflow
+list, a workflow's revisions, the editor of a new revision with its live graph and problems,
+the step form, revision diffs, and Deploy.
 
 htmx endpoints answer fragments: ``check`` (graph or problems, as the text changes), ``cel``
 (one expression as it is typed), ``step_form`` / ``step_apply`` (the step form and its write
-back into the document). Deploy is a plain form post for users with
-``workflows.change_definitionversion``; when runs are parked on the revision it replaced it
+back into the document). Deploy is a plain form post for users with the deploy definitions
+capability; when runs are parked on the revision it replaced it
 redirects to the Migrate dialog with that pair selected (the deploy has committed by then).
 
 Reads go through ``workflows.queries`` and ``workflows.definitions``, writes through
@@ -13,13 +14,9 @@ Reads go through ``workflows.queries`` and ``workflows.definitions``, writes thr
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -27,27 +24,13 @@ from django.views.decorators.http import require_GET, require_POST
 
 from designer import services
 from designer.forms import STEP_TYPES, TYPE_NAMES, DocumentForm, StepForm
+from workflows import access
+from workflows.access import Capability, page_requires
 from workflows.exceptions import DefinitionError, DefinitionMissing, InvalidArgument, WorkflowError
-
-DEPLOY_PERMISSION = "workflows.change_definitionversion"
-
-
-def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Signed-out visitors go to the sign-in page; signed-in non-staff are refused (403)."""
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not (request.user.is_active and request.user.is_staff):
-            raise PermissionDenied("the designer is for staff")
-        return view(request, *args, **kwargs)
-
-    return wrapper
 
 
 def _can_deploy(request: HttpRequest) -> bool:
-    return bool(request.user.has_perm(DEPLOY_PERMISSION))
+    return access.has(request.user, Capability.DEPLOY)
 
 
 def _workflow_or_404(scope: str, definition_id: str) -> services.Workflow:
@@ -71,7 +54,7 @@ def _version(value: Any) -> int | None:
 # --- list and workflow page --------------------------------------------------------------------
 
 
-@staff_required
+@page_requires(Capability.VIEW_DEFINITIONS)
 @require_GET
 def workflow_list(request: HttpRequest) -> HttpResponse:
     return render(
@@ -81,7 +64,7 @@ def workflow_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-@staff_required
+@page_requires(Capability.VIEW_DEFINITIONS)
 @require_GET
 def workflow_page(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse:
     wf = _workflow_or_404(scope, definition_id)
@@ -155,7 +138,7 @@ def _check_context(result: services.Check, scope: str) -> dict[str, Any]:
     }
 
 
-@staff_required
+@page_requires(Capability.VIEW_DEFINITIONS)
 @require_GET
 def new(request: HttpRequest) -> HttpResponse:
     slug = request.GET.get("template") or "approval"
@@ -167,7 +150,7 @@ def new(request: HttpRequest) -> HttpResponse:
     return _editor(request, text=text, scope=scope, definition_id=None, template_slug=slug)
 
 
-@staff_required
+@page_requires(Capability.VIEW_DEFINITIONS)
 @require_GET
 def edit(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse:
     wf = _workflow_or_404(scope, definition_id)
@@ -183,7 +166,7 @@ def edit(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse:
     return _editor(request, text=text, scope=scope, definition_id=definition_id, base_version=version)
 
 
-@staff_required
+@page_requires(Capability.VIEW_DEFINITIONS)
 @require_POST
 def check(request: HttpRequest) -> HttpResponse:
     """The live check: the graph of the text (or its problems). A full page without htmx."""
@@ -206,7 +189,7 @@ def check(request: HttpRequest) -> HttpResponse:
     return render(request, "designer/_check.html", context)
 
 
-@staff_required
+@page_requires(Capability.VIEW_DEFINITIONS)
 @require_POST
 def cel(request: HttpRequest) -> HttpResponse:
     """One CEL expression or template, checked as it is typed (value-free answer)."""
@@ -234,7 +217,7 @@ def _step_form_context(form: StepForm, *, editing: str | None, **extra: Any) -> 
     return {"form": form, "editing": editing, "step_types": STEP_TYPES, **extra}
 
 
-@staff_required
+@page_requires(Capability.VIEW_DEFINITIONS)
 @require_POST
 def step_form(request: HttpRequest) -> HttpResponse:
     """The step form: ``action=add`` a step of ``step_type``, ``action=edit`` the step ``edit``;
@@ -265,7 +248,7 @@ def step_form(request: HttpRequest) -> HttpResponse:
     return render(request, "designer/_step_form.html", _step_form_context(form, editing=editing))
 
 
-@staff_required
+@page_requires(Capability.VIEW_DEFINITIONS)
 @require_POST
 def step_apply(request: HttpRequest) -> HttpResponse:
     """Write the step form's step into the document; answers the new text for the editor."""
@@ -300,7 +283,7 @@ def step_apply(request: HttpRequest) -> HttpResponse:
 # --- compare -----------------------------------------------------------------------------------
 
 
-@staff_required
+@page_requires(Capability.VIEW_DEFINITIONS)
 @require_GET
 def compare(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse:
     wf = _workflow_or_404(scope, definition_id)
@@ -333,13 +316,11 @@ def compare(request: HttpRequest, scope: str, definition_id: str) -> HttpRespons
 # --- deploy ------------------------------------------------------------------------------------
 
 
-@staff_required
+@page_requires(Capability.DEPLOY)
 @require_POST
 def deploy(request: HttpRequest) -> HttpResponse:
     """Validate, mint, load, publish and activate; then the Migrate dialog when runs are
     parked on the revision this one replaced, otherwise the workflow's page."""
-    if not _can_deploy(request):
-        raise PermissionDenied("deploying needs workflows.change_definitionversion")
     form = DocumentForm(request.POST)
     definition_id = request.POST.get("definition_id") or None
     base_version = _version(request.POST.get("base_version"))

@@ -236,3 +236,15 @@ class AlreadyMovedOn(WorkflowError):
     code = "ALREADY_MOVED_ON"
     status = 409
     title = "The run has already moved on"
+
+
+# --- permissions and assignments ---------------------------------------------------------------
+
+
+class AssigneeNotFound(WorkflowError):
+    """A task reassigned to a user that does not exist or is inactive, or to a group that does
+    not exist: nobody could ever act on it, so the assignment is refused."""
+
+    code = "ASSIGNEE_NOT_FOUND"
+    status = 422
+    title = "No such active user or group"

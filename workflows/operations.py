@@ -130,8 +130,22 @@ def complete_task(
 def reassign_task(*, task_id: Any, mode: str, value: str, actor: Any = None) -> None:
     """Reassign an OPEN task inline (logged as TASK_REASSIGNED with the reassigner).
 
-    Refuses: TASK_NOT_FOUND, TASK_NOT_WAITING, INVALID_PAYLOAD, LOCK_TIMEOUT.
+    Only to someone who may hold it: an existing active user (by the user model's
+    ``USERNAME_FIELD``) or an existing group; otherwise nobody could ever act on the task (an
+    approver could hide a group task by reassigning it to a made-up name).
+    Refuses: ASSIGNEE_NOT_FOUND (422, nothing changed), TASK_NOT_FOUND, TASK_NOT_WAITING,
+    INVALID_PAYLOAD, LOCK_TIMEOUT.
     """
+    from workflows import access
+    from workflows.exceptions import AssigneeNotFound, Violation
+
+    if isinstance(value, str) and value and len(value) <= 255:
+        problem = access.assignee_problem(mode=mode, value=value)
+        if problem is not None:
+            raise AssigneeNotFound(
+                "the task can be assigned only to an existing active user or an existing group",
+                violations=[Violation(pointer="/value", type="assignee", message=problem)],
+            )
     return _tx(
         "reassign_task", recording.reassign_task, task_id=task_id, mode=mode, value=value, actor=actors.coerce(actor)
     )
@@ -176,18 +190,15 @@ def reconcile_command(*, command_id: Any, action: str, reason: str, actor: Any) 
     again); ``action="resolve"`` sets it back to PENDING with the step of its effect marker
     recorded as done (the segment skips that effect). A non-blank ``reason`` is required;
     who, when and why are kept on the command and the history gets COMMAND_RECONCILED.
-    ``actor`` must be a Django superuser or a user with ``workflows.change_command``.
+    ``actor`` must hold the operate capability (``workflows.access``).
     Refuses: NOT_PERMITTED, INVALID_PAYLOAD (action, reason), COMMAND_NOT_FOUND,
     COMMAND_NOT_RECONCILABLE, LOCK_TIMEOUT.
     """
+    from workflows import access
     from workflows.engine import reconcile
     from workflows.exceptions import NotPermitted
 
-    if not (
-        getattr(actor, "is_authenticated", False)
-        and getattr(actor, "is_active", False)
-        and (getattr(actor, "is_superuser", False) or actor.has_perm("workflows.change_command"))
-    ):
+    if not access.has(actor, access.Capability.OPERATE):
         raise NotPermitted("reconciling a command is for administrators")
     return _tx(
         "reconcile_command",

@@ -81,7 +81,9 @@ def can_act_on_task(user: Any, task: Task) -> bool:
         return True
     if task.assignment_mode == "group" and user.groups.filter(name=task.assignment_value).exists():
         return True
-    return bool(user.has_perm("workflows.change_task"))
+    from workflows import access
+
+    return access.has(user, access.Capability.ACT_ON_ANY_TASK)
 
 
 def task_for(user: Any, *, task_id: Any) -> Task:

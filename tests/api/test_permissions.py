@@ -72,6 +72,8 @@ def test_a_user_without_permissions_is_refused(
         ("post", "/api/v1/runs/", {"definition_id": "api-purchase"}, "workflows.change_run"),
         ("post", f"/api/v1/runs/{RUN}/signals/", {"name": "paid"}, "workflows.add_run"),
         ("post", f"/api/v1/runs/{RUN}/cancel/", {}, "workflows.add_run"),
+        # cancel is one permission everywhere (issue #25): change_run signals and retries only
+        ("post", f"/api/v1/runs/{RUN}/cancel/", {}, "workflows.change_run"),
         ("post", f"/api/v1/runs/{RUN}/retry/", None, "workflows.view_run"),
         ("post", f"/api/v1/runs/{RUN}/migrate/", {"target_version": 2}, "workflows.change_run"),
         ("get", "/api/v1/runs/", None, "workflows.change_definitionversion"),
@@ -99,7 +101,7 @@ def test_another_permission_is_not_enough(
         # past the permission check, the request reaches the operation (an unknown run: 404)
         ("post", "/api/v1/runs/", {"definition_id": "api-purchase"}, "workflows.add_run", 422),
         ("post", f"/api/v1/runs/{RUN}/signals/", {"name": "paid"}, "workflows.change_run", 404),
-        ("post", f"/api/v1/runs/{RUN}/cancel/", {}, "workflows.change_run", 404),
+        ("post", f"/api/v1/runs/{RUN}/cancel/", {}, "workflows.cancel_runs", 404),
         ("post", f"/api/v1/runs/{RUN}/retry/", None, "workflows.change_run", 404),
         ("post", f"/api/v1/runs/{RUN}/migrate/", {"target_version": 2}, "workflows.migrate_runs", 404),
         ("get", "/api/v1/runs/", None, "workflows.view_run", 200),
@@ -244,6 +246,36 @@ class TestTasksOnlyByTheirAssignees:
             404,
             "TASK_NOT_FOUND",
         )
+
+    @pytest.mark.parametrize(
+        ("mode", "value"),
+        [("user", "ghost-user"), ("user", "gone-user"), ("group", "ghost-group"), ("role", "ghost-group")],
+        ids=["unknown user", "inactive user", "unknown group", "unknown role"],
+    )
+    def test_a_task_is_reassigned_only_to_an_active_user_or_a_group_that_exists(
+        self,
+        task: dict[str, Any],
+        mode: str,
+        value: str,
+        client_for: Callable[..., APIClient],
+        make_user: Callable[..., Any],
+    ) -> None:
+        # the story (issue #25): an approver hid a group task from the whole group by
+        # reassigning it to a user that does not exist
+        from workflows.models import HistoryEntry, Task
+
+        gone = make_user("gone-user")
+        gone.is_active = False
+        gone.save()
+        approver = client_for(_approver())
+        response = approver.post(f"/api/v1/tasks/{task['id']}/reassign/", {"mode": mode, "value": value}, format="json")
+        body = assert_problem(response, 422, "ASSIGNEE_NOT_FOUND")
+        assert value not in response.content.decode()
+        assert [v["pointer"] for v in body["violations"]] == ["/value"]
+        row = Task.objects.get(pk=task["id"])
+        assert (row.assignment_mode, row.assignment_value) == ("group", "approvers")
+        assert not HistoryEntry.objects.filter(run_id=task["run"], type="TASK_REASSIGNED").exists()
+        assert [t["id"] for t in approver.get("/api/v1/tasks/").json()["results"]] == [task["id"]]
 
 
 def _approver() -> Any:

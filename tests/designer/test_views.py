@@ -24,8 +24,9 @@ APPROVAL = services.template_text("approval")
 
 def _staff(username: str, *, deploy: bool) -> Client:
     user = get_user_model().objects.create_user(username, password="pw", is_staff=True)
-    if deploy:
-        user.user_permissions.add(Permission.objects.get(codename="change_definitionversion"))
+    # the designer's pages need the view definitions capability; Deploy needs deploy definitions
+    codename = "change_definitionversion" if deploy else "view_definitionversion"
+    user.user_permissions.add(Permission.objects.get(codename=codename))
     client = Client()
     client.force_login(user)
     return client
@@ -440,3 +441,13 @@ def test_a_step_written_by_its_form_compiles_in_place(viewer: Client, step_type:
 def test_an_empty_document_is_a_problem_not_a_bad_request(viewer: Client) -> None:
     body = _htmx(viewer, "/designer/check/", {"text": "", "scope": "default"}).content.decode()
     assert "1 problem" in body and "the document is empty" in body
+
+
+def test_staff_without_the_view_definitions_capability_cannot_read_the_designer() -> None:
+    # the story (issue #25): the designer's texts were readable by any staff user
+    _deploy_v1()
+    staff = get_user_model().objects.create_user("staff-only", password="pw", is_staff=True)
+    client = Client()
+    client.force_login(staff)
+    for url in ("/designer/", "/designer/default/approval/", "/designer/default/approval/edit/"):
+        assert client.get(url).status_code == 403, url

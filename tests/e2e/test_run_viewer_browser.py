@@ -84,10 +84,9 @@ def _shots(tmp_path: Path) -> Path:
 
 def _staff(name: str, *, cancel: bool) -> None:
     account = get_user_model().objects.create_user(name, password=name, is_staff=True)
-    if cancel:
-        account.user_permissions.add(
-            Permission.objects.get(codename="change_definitionversion", content_type__app_label="workflows")
-        )
+    # the viewer needs view runs; its Cancel run needs cancel runs (workflows.access)
+    for codename in ("view_run", "cancel_runs") if cancel else ("view_run",):
+        account.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="workflows"))
 
 
 def _start(demo_users: dict[str, Any], order: str) -> str:

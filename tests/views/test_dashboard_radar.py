@@ -38,11 +38,12 @@ def radar(client: Any) -> str:
 
 @pytest.fixture
 def staff(demo_users: Any) -> Any:
-    """A staff member with no permissions beyond seeing the operations pages."""
+    """A staff member with no permission beyond the operate capability (the operations pages
+    and reconciling): no retry, cancel or migrate."""
     bob = demo_users["bob"]
     bob.is_staff = True
     bob.save()
-    return bob
+    return grant(bob, "change_command")
 
 
 def grant(user: Any, *codenames: str) -> Any:
@@ -257,13 +258,29 @@ def test_reconcile_replays_an_outcome_unknown_command_with_a_reason(
     assert rows(radar(client), "unknown") == []
 
 
-def test_reconcile_is_for_administrators(client: Any, staff: Any, deploy: Any) -> None:
+def test_reconcile_is_for_administrators(client: Any, demo_users: Any, deploy: Any) -> None:
     deploy(ops.EMAILER)
     run_id = operations.start(definition_id="emailer", payload={"email": "ops@example.com"}).run_id
     command_id = ops.outcome_unknown_next_command(run_id)
-    client.force_login(staff)
-    assert "Reconcile…" not in radar(client)
+    bob = demo_users["bob"]
+    bob.is_staff = True
+    bob.save()
+    client.force_login(grant(bob, "change_run", "cancel_runs", "migrate_runs"))  # every run action, not operate
+    assert client.get("/ops/radar/").status_code == 403
     assert client.get(f"/ops/radar/reconcile/{command_id}/").status_code == 403
+    client.force_login(grant(bob, "change_command"))
+    assert "Reconcile…" in radar(client)
+    assert client.get(f"/ops/radar/reconcile/{command_id}/").status_code == 200
+
+
+def test_the_radar_is_not_for_staff_without_the_operate_capability(client: Any, demo_users: Any) -> None:
+    # the story (issue #25): /ops/ and the radar were open to any staff user
+    bob = demo_users["bob"]
+    bob.is_staff = True
+    bob.save()
+    client.force_login(bob)
+    assert client.get("/ops/radar/").status_code == 403
+    assert client.get("/ops/").status_code == 403
 
 
 def test_a_run_parked_too_long_links_to_the_migrate_dialog_of_its_revision(

@@ -83,7 +83,7 @@ def drain() -> None:
     executor.drain(budget_seconds=10)
 
 
-def user(name: str, *, staff: bool = True, perms: tuple[str, ...] = ()) -> Any:
+def user(name: str, *, staff: bool = True, perms: tuple[str, ...] = ("view_run",)) -> Any:
     account = get_user_model().objects.create_user(name, password=name, is_staff=staff)
     for codename in perms:
         account.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="workflows"))
@@ -128,12 +128,17 @@ def waiting_run(demo_users: Any) -> Run:
 # --- who may look -------------------------------------------------------------------------
 
 
-def test_the_viewer_is_for_staff(paid_run: Run, demo_users: Any) -> None:
+def test_the_viewer_needs_the_view_runs_capability_not_staff(paid_run: Run, demo_users: Any) -> None:
+    # the story (issue #25): a staff user with no permission read every run's state here
+    # while the API refused them the same run
     url = f"/runs/{paid_run.id}/"
     anonymous = Client().get(url)
     assert anonymous.status_code == 302 and anonymous["Location"].startswith("/accounts/login/")
-    assert client_for(demo_users["alice"]).get(url).status_code == 403  # an approver, not staff
+    assert client_for(demo_users["alice"]).get(url).status_code == 403  # an approver
     assert client_for(demo_users["alice"]).get("/runs/").status_code == 403
+    staff_only = client_for(user("staffer", perms=()))
+    assert staff_only.get(url).status_code == 403 and staff_only.get("/runs/").status_code == 403
+    assert client_for(user("reader", staff=False)).get(url).status_code == 200  # view_run, not staff
     assert client_for(user("operator")).get(url).status_code == 200
     assert client_for(user("operator2")).get("/runs/00000000-0000-0000-0000-000000000000/").status_code == 404
 
@@ -280,7 +285,7 @@ def test_cancel_needs_change_permission_on_definitions(waiting_run: Run) -> None
 
 
 def test_cancel_asks_for_confirmation_listing_what_it_ends(waiting_run: Run) -> None:
-    owner = client_for(user("owner", perms=("change_definitionversion",)))
+    owner = client_for(user("owner", perms=("view_run", "cancel_runs")))
     page = owner.get(f"/runs/{waiting_run.id}/")
     assert "Cancel run…" in text(page)
     form = re.search(r'<form method="get" action="(/runs/[^"]+/cancel/)">(.*?)</form>', page.content.decode(), re.S)
@@ -308,7 +313,7 @@ def test_cancel_asks_for_confirmation_listing_what_it_ends(waiting_run: Run) -> 
 
 
 def test_cancel_leaves_a_run_that_moved_on_alone(waiting_run: Run, demo_users: Any) -> None:
-    owner = client_for(user("owner", perms=("change_definitionversion",)))
+    owner = client_for(user("owner", perms=("view_run", "cancel_runs")))
     seen = {"seen_state_version": waiting_run.state_version, "seen_history_seq": waiting_run.history_seq}
     assert owner.get(f"/runs/{waiting_run.id}/cancel/", seen).status_code == 200
     task = Task.objects.get(run_id=waiting_run.id)
@@ -321,7 +326,7 @@ def test_cancel_leaves_a_run_that_moved_on_alone(waiting_run: Run, demo_users: A
 
 
 def test_entries_that_do_not_move_the_run_do_not_block_cancel(waiting_run: Run, demo_users: Any) -> None:
-    owner = client_for(user("owner", perms=("change_definitionversion",)))
+    owner = client_for(user("owner", perms=("view_run", "cancel_runs")))
     seen = {"seen_state_version": waiting_run.state_version, "seen_history_seq": waiting_run.history_seq}
     task = Task.objects.get(run_id=waiting_run.id)
     operations.reassign_task(task_id=task.id, mode="user", value="bob", actor=demo_users["admin"])
@@ -330,7 +335,7 @@ def test_entries_that_do_not_move_the_run_do_not_block_cancel(waiting_run: Run, 
 
 
 def test_a_malformed_confirmation_is_refused_without_cancelling(waiting_run: Run) -> None:
-    owner = client_for(user("owner", perms=("change_definitionversion",)))
+    owner = client_for(user("owner", perms=("view_run", "cancel_runs")))
     answer = owner.post(f"/runs/{waiting_run.id}/cancel/", {"seen_state_version": "x<script>", "seen_history_seq": 3})
     assert answer.status_code == 400 and b"<script>" not in answer.content
     assert Run.objects.get(pk=waiting_run.id).status == "WAITING"

@@ -14,7 +14,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from workflows import definitions
+from workflows import access, definitions
+from workflows.access import Capability
 from workflows.exceptions import WorkflowError
 from workflows.models import Activation, DefinitionVersion
 
@@ -50,30 +51,33 @@ class DefinitionVersionAdmin(admin.ModelAdmin):
     def short_hash(self, obj: DefinitionVersion) -> str:
         return obj.plan_hash[:12]
 
+    def has_deploy_permission(self, request: HttpRequest) -> bool:
+        return access.has(request.user, Capability.DEPLOY)  # the API's and the designer's capability
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # load documents through the designer, the API or manage.py definition_load
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # retire instead: rows are the pins of runs
 
-    @admin.action(description="Publish selected versions", permissions=["change"])
+    @admin.action(description="Publish selected versions", permissions=["deploy"])
     def publish(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         _each(self, request, queryset, "Published", lambda row: definitions.publish(**_key(row)))
 
-    @admin.action(description="Activate selected versions in their scope", permissions=["change"])
+    @admin.action(description="Activate selected versions in their scope", permissions=["deploy"])
     def activate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         user = getattr(request.user, "username", "")
         _each(self, request, queryset, "Activated", lambda row: definitions.activate(**_key(row), updated_by=user))
 
-    @admin.action(description="Deprecate selected versions", permissions=["change"])
+    @admin.action(description="Deprecate selected versions", permissions=["deploy"])
     def deprecate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         _each(self, request, queryset, "Deprecated", lambda row: definitions.deprecate(**_key(row)))
 
-    @admin.action(description="Retire selected versions", permissions=["change"])
+    @admin.action(description="Retire selected versions", permissions=["deploy"])
     def retire(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         _each(self, request, queryset, "Retired", lambda row: definitions.retire(**_key(row)))
 
-    @admin.action(description="Reinstate selected versions", permissions=["change"])
+    @admin.action(description="Reinstate selected versions", permissions=["deploy"])
     def reinstate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         _each(self, request, queryset, "Reinstated", lambda row: definitions.reinstate(**_key(row)))
 
@@ -86,13 +90,16 @@ class ActivationAdmin(admin.ModelAdmin):
     actions = ["follow_default"]
     readonly_fields = [f.name for f in Activation._meta.fields]
 
+    def has_deploy_permission(self, request: HttpRequest) -> bool:
+        return access.has(request.user, Capability.DEPLOY)  # the API's and the designer's capability
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # activate from the definition versions list
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    @admin.action(description="Remove the record (follow the default / deactivate the default)", permissions=["change"])
+    @admin.action(description="Remove the record (follow the default / deactivate the default)", permissions=["deploy"])
     def follow_default(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         for row in queryset:
             try:

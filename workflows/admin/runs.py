@@ -26,7 +26,8 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
-from workflows import conf, operations
+from workflows import access, conf, operations
+from workflows.access import Capability
 from workflows.exceptions import WorkflowError
 from workflows.models import Command, Run
 
@@ -48,6 +49,13 @@ class _ReadOnly(admin.ModelAdmin):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # the change list needs it for the actions; a single row is shown read-only
         return obj is None and super().has_change_permission(request, obj)
+
+    # the actions ask the capabilities of workflows.access, as the API and the radar do
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return access.has(request.user, Capability.RETRY)
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return access.has(request.user, Capability.OPERATE)
 
 
 def _retry_runs(modeladmin: admin.ModelAdmin, request: HttpRequest, run_ids: list[Any]) -> None:
@@ -99,7 +107,7 @@ class RunAdmin(_ReadOnly):
     def viewer(self, obj: Run) -> str:
         return _viewer_link(obj.id)
 
-    @admin.action(description="Retry selected runs (failed runs, dead-lettered commands)", permissions=["change"])
+    @admin.action(description="Retry selected runs (failed runs, dead-lettered commands)", permissions=["retry"])
     def retry(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         _retry_runs(self, request, list(queryset.order_by("created_at").values_list("id", flat=True)))
 
@@ -195,12 +203,12 @@ class CommandAdmin(_ReadOnly):
             return ""
         return f"{obj.reconcile_action} by {obj.reconciled_by}"
 
-    @admin.action(description="Retry the runs of selected commands", permissions=["change"])
+    @admin.action(description="Retry the runs of selected commands", permissions=["retry"])
     def retry(self, request: HttpRequest, queryset: QuerySet[Command]) -> None:
         run_ids = list(dict.fromkeys(queryset.order_by("recorded_at").values_list("run_id", flat=True)))
         _retry_runs(self, request, run_ids)
 
-    @admin.action(description="Reconcile selected OUTCOME_UNKNOWN commands…", permissions=["change"])
+    @admin.action(description="Reconcile selected OUTCOME_UNKNOWN commands…", permissions=["operate"])
     def reconcile(self, request: HttpRequest, queryset: QuerySet[Command]) -> HttpResponse | None:
         form = ReconcileForm(request.POST if "apply" in request.POST else None)
         if "apply" in request.POST and form.is_valid():

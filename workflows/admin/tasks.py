@@ -22,7 +22,8 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
-from workflows import operations
+from workflows import access, operations
+from workflows.access import Capability
 from workflows.exceptions import WorkflowError
 from workflows.models import Task
 
@@ -87,11 +88,17 @@ class ReassignForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         mode, value = data.get("mode"), data.get("value")
-        if mode == "user" and value and not get_user_model().objects.filter(username=value, is_active=True).exists():
-            self.add_error("value", "No active user has this username.")
-        if mode == "group" and value and not Group.objects.filter(name=value).exists():
-            self.add_error("value", "No group has this name.")
+        if mode and value:
+            problem = access.assignee_problem(mode=mode, value=value)  # what reassign_task refuses
+            if problem is not None:
+                self.add_error("value", f"{problem[0].upper()}{problem[1:]}.")
         return data
+
+
+def _active_usernames() -> list[str]:
+    model = get_user_model()
+    name = model.USERNAME_FIELD  # what task assignments hold (``get_username()``)
+    return list(model._default_manager.filter(is_active=True).order_by(name).values_list(name, flat=True)[:500])
 
 
 @admin.register(Task)
@@ -145,7 +152,10 @@ class TaskAdmin(admin.ModelAdmin):
         # the change list needs it for the action; a single task is shown read-only
         return obj is None and super().has_change_permission(request, obj)
 
-    @admin.action(description="Reassign selected tasks…", permissions=["change"])
+    def has_reassign_permission(self, request: HttpRequest) -> bool:
+        return access.has(request.user, Capability.ACT_ON_ANY_TASK)
+
+    @admin.action(description="Reassign selected tasks…", permissions=["reassign"])
     def reassign(self, request: HttpRequest, queryset: QuerySet[Task]) -> HttpResponse | None:
         form = ReassignForm(request.POST if "apply" in request.POST else None)
         if "apply" in request.POST and form.is_valid():
@@ -171,10 +181,7 @@ class TaskAdmin(admin.ModelAdmin):
                 "tasks": queryset.order_by("created_at"),
                 "open_count": queryset.filter(status="OPEN").count(),
                 "action_checkbox_name": ACTION_CHECKBOX_NAME,
-                "users": get_user_model()
-                .objects.filter(is_active=True)
-                .order_by("username")
-                .values_list("username", flat=True)[:500],
+                "users": _active_usernames(),
                 "groups": Group.objects.order_by("name").values_list("name", flat=True)[:500],
             },
         )

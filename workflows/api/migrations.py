@@ -23,12 +23,11 @@ from django.urls import path
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound
-from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from workflows import operations, queries
-from workflows.api import pagination
+from workflows.api import pagination, permissions
 from workflows.api.views import PAGE, ApiView, errors, valid
 from workflows.exceptions import MigrationIllegalState
 
@@ -36,13 +35,7 @@ NAME = 255
 ITEM_STATUSES = ["SELECTED", "RECORDED", "MOVED", "CANCELLED", "ENDED", "MOVED_ON", "REJECTED"]
 
 
-class CanMigrate(BasePermission):
-    any_of = ("workflows.change_definitionversion", "workflows.migrate_runs")
-    message = "migrating runs needs workflows.change_definitionversion or workflows.migrate_runs"
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        user = getattr(request, "user", None)
-        return bool(user is not None and user.is_authenticated and any(user.has_perm(p) for p in self.any_of))
+CanMigrate = permissions.CanMigrateRuns  # the migrate capability (workflows.access)
 
 
 # --- serializers ----------------------------------------------------------------------------

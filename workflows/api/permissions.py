@@ -1,12 +1,13 @@
-"""Who may call what. Django model permissions (superusers hold them all):
+"""Who may call what in the API: DRF permission classes over ``workflows.access`` (the one
+permission model; docs/reliability.md, "Permission matrix").
 
-- start a run: ``workflows.add_run``; signal, cancel, retry: ``workflows.change_run``;
-  migrate: ``workflows.migrate_runs``; read runs and history: any of ``view_run``,
-  ``add_run``, ``change_run``.
-- definitions and activations: ``workflows.change_definitionversion`` (reading the lists
-  also with ``view_definitionversion``).
+- start a run: start runs; read runs and history: view runs; signal, cancel, retry, migrate:
+  the capability of the same name.
+- definitions and activations: deploy definitions (reading the lists: view definitions).
 - tasks: any signed-in user, for the tasks they may act on (``workflows.queries``); a task
   someone cannot act on is answered as not found.
+
+A refusal is a problem+json 403 (PERMISSION_DENIED) naming the capability, never a value.
 """
 
 from __future__ import annotations
@@ -16,62 +17,46 @@ from typing import Any
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
-ADD_RUN = "workflows.add_run"
-CHANGE_RUN = "workflows.change_run"
-VIEW_RUN = "workflows.view_run"
-MIGRATE_RUNS = "workflows.migrate_runs"
-CHANGE_DEFINITIONS = "workflows.change_definitionversion"
-VIEW_DEFINITIONS = "workflows.view_definitionversion"
+from workflows.access import Capability, has, refusal
 
 
-def _user(request: Request) -> Any:
-    user = getattr(request, "user", None)
-    return user if user is not None and user.is_authenticated else None
+class Requires(BasePermission):
+    """Holds when the caller has ``capability`` (subclasses name it)."""
 
-
-class _HasAll(BasePermission):
-    required: tuple[str, ...] = ()
+    capability: Capability = Capability.VIEW_RUNS
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        user = _user(request)
-        return user is not None and user.has_perms(self.required)
+        return has(getattr(request, "user", None), self.capability)
+
+    @property
+    def message(self) -> str:  # type: ignore[override]
+        return refusal(self.capability)
 
 
-class _HasAny(BasePermission):
-    any_of: tuple[str, ...] = ()
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        user = _user(request)
-        return user is not None and any(user.has_perm(p) for p in self.any_of)
+def requires(capability: Capability) -> type[Requires]:
+    """The permission class of one capability (one class per capability, made once)."""
+    return _CLASSES[capability]
 
 
-class CanStartRuns(_HasAll):
-    required = (ADD_RUN,)
-    message = f"starting runs needs the permission {ADD_RUN}"
+_CLASSES: dict[Capability, type[Requires]] = {
+    c: type(f"Requires{c.name.title().replace('_', '')}", (Requires,), {"capability": c}) for c in Capability
+}
 
-
-class CanChangeRuns(_HasAll):
-    required = (CHANGE_RUN,)
-    message = f"signalling, cancelling and retrying runs needs the permission {CHANGE_RUN}"
-
-
-class CanMigrateRuns(_HasAll):
-    required = (MIGRATE_RUNS,)
-    message = f"migrating runs needs the permission {MIGRATE_RUNS}"
-
-
-class CanReadRuns(_HasAny):
-    any_of = (VIEW_RUN, ADD_RUN, CHANGE_RUN)
-    message = f"reading runs needs the permission {VIEW_RUN}"
+CanStartRuns = requires(Capability.START)
+CanReadRuns = requires(Capability.VIEW_RUNS)
+CanSignalRuns = requires(Capability.SIGNAL)
+CanCancelRuns = requires(Capability.CANCEL)
+CanRetryRuns = requires(Capability.RETRY)
+CanMigrateRuns = requires(Capability.MIGRATE)
+CanReadCaptures = requires(Capability.VIEW_CAPTURES)
 
 
 class CanManageDefinitions(BasePermission):
-    message = f"managing definitions needs the permission {CHANGE_DEFINITIONS}"
+    """Reads need view definitions, writes deploy definitions."""
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        user = _user(request)
-        if user is None:
-            return False
-        if request.method in SAFE_METHODS and user.has_perm(VIEW_DEFINITIONS):
+        user = getattr(request, "user", None)
+        if request.method in SAFE_METHODS and has(user, Capability.VIEW_DEFINITIONS):
             return True
-        return bool(user.has_perm(CHANGE_DEFINITIONS))
+        self.message = refusal(Capability.DEPLOY)
+        return has(user, Capability.DEPLOY)

@@ -299,7 +299,7 @@ class RunHistoryView(ApiView):
 
 
 class RunSignalView(ApiView):
-    write_permission = permissions.CanChangeRuns
+    write_permission = permissions.CanSignalRuns
 
     @extend_schema(
         operation_id="runs_signal",
@@ -329,7 +329,7 @@ class RunSignalView(ApiView):
 
 
 class RunCancelView(ApiView):
-    write_permission = permissions.CanChangeRuns
+    write_permission = permissions.CanCancelRuns
 
     @extend_schema(
         operation_id="runs_cancel",
@@ -350,7 +350,7 @@ class RunCancelView(ApiView):
 
 
 class RunRetryView(ApiView):
-    write_permission = permissions.CanChangeRuns
+    write_permission = permissions.CanRetryRuns
 
     @extend_schema(
         operation_id="runs_retry",

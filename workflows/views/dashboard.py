@@ -1,4 +1,4 @@
-"""The operations dashboard (``/ops/``, staff) and the Prometheus endpoint (``/metrics``).
+"""The operations dashboard (``/ops/``, operate capability) and the Prometheus endpoint (``/metrics``).
 
 The dashboard answers "is the engine healthy, and where are the runs?" without SQL:
 
@@ -21,15 +21,11 @@ Reads go through ``workflows.queries``; nothing here writes.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
-from functools import wraps
 from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
@@ -38,6 +34,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from workflows import queries
+from workflows.access import Capability, page_requires
 
 # the run statuses in the order a run goes through them; ended ones last
 STATUS_ORDER = (
@@ -52,20 +49,6 @@ STATUS_ORDER = (
     "EXPIRED",
 )
 REFRESH_SECONDS = 15
-
-
-def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Signed-out visitors go to the sign-in page; signed-in non-staff are refused (403)."""
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not (request.user.is_active and request.user.is_staff):
-            raise PermissionDenied("the operations pages are for staff")
-        return view(request, *args, **kwargs)
-
-    return wrapper
 
 
 def url_or_none(name: str, *args: Any) -> str | None:
@@ -100,7 +83,7 @@ def duration(seconds: float | None) -> str:
 
 
 @never_cache
-@staff_required
+@page_requires(Capability.OPERATE)
 @require_GET
 def dashboard(request: HttpRequest) -> HttpResponse:
     context = _queue_context()

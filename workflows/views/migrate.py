@@ -17,20 +17,16 @@ record (who, when, why, source → target, rows, each run's outcome).
 
 The whole dialog is one form whose state lives in the page (htmx swaps fragments in place;
 each fragment is also a plain page without JavaScript). Reads go through ``workflows.queries``,
-writes through ``workflows.operations``. Only users with ``workflows.change_definitionversion``
-or ``workflows.migrate_runs`` see or use it.
+writes through ``workflows.operations``. Only users with the migrate runs capability
+(``workflows.access``) see or use it.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from datetime import timedelta
-from functools import wraps
 from typing import Any
 
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
@@ -38,10 +34,10 @@ from django.urls import reverse
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
-from workflows import conf, definitions, operations, queries
+from workflows import access, conf, definitions, operations, queries
+from workflows.access import Capability, page_requires
 from workflows.exceptions import InvalidPayload, LockTimeout, MigrationIllegalState, PersistenceError
 
-PERMISSIONS = ("workflows.change_definitionversion", "workflows.migrate_runs")
 PICKER_PAGE = 20
 MAX_ROWS = 500  # positions are bounded by the graph; this only bounds a forged form
 MAX_PICKED = 5000  # runs picked one by one; "all at this position" has no such bound
@@ -69,21 +65,10 @@ ACTION_LABELS = {"move": "Move", "cancel": "Cancel", "end": "End"}
 
 
 def can_migrate(user: Any) -> bool:
-    return bool(getattr(user, "is_authenticated", False) and any(user.has_perm(p) for p in PERMISSIONS))
+    return access.has(user, Capability.MIGRATE)
 
 
-def migrate_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Signed-out visitors go to the sign-in page; others need a migrate permission (403)."""
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not can_migrate(request.user):
-            raise PermissionDenied("migrating runs needs change permission on workflow definitions")
-        return view(request, *args, **kwargs)
-
-    return wrapper
+migrate_required = page_requires(Capability.MIGRATE)
 
 
 def _htmx(request: HttpRequest) -> bool:

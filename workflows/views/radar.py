@@ -1,4 +1,4 @@
-"""The stuck-run radar (``/ops/radar/``, staff): what needs an operator, and the fix next to it.
+"""The stuck-run radar (``/ops/radar/``, operate capability): what needs an operator, and the fix next to it.
 
 Sections, each row linking to the run viewer and to the action that fixes it:
 
@@ -22,10 +22,9 @@ Bulk actions (retry selected, cancel selected) go through a confirmation page th
 runs they touch and asks for their count to be typed back; a cancel keeps what the operator
 saw (state version, history position) and leaves alone a run that moved on meanwhile.
 
-Permissions: viewing needs staff; retry needs ``workflows.change_run``; cancel needs
-``workflows.cancel_runs`` or ``workflows.change_definitionversion`` (what the run viewer's
-cancel asks); reconcile needs ``workflows.change_command`` (the operation checks it too);
-migrate is the Migrate dialog's (``workflows.migrate_runs`` or ``change_definitionversion``).
+Permissions (``workflows.access``, the same capabilities the API and the run viewer ask):
+viewing needs operate; retry needs retry runs; cancel needs cancel runs; reconcile needs
+operate (the operation checks it too); migrate is the Migrate dialog's (migrate runs).
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -43,33 +43,29 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from workflows import conf, operations, queries
+from workflows import access, conf, operations, queries
+from workflows.access import Capability, page_requires
 from workflows.exceptions import WorkflowError
-from workflows.views.dashboard import duration, run_url, staff_required, url_or_none
+from workflows.views.dashboard import duration, run_url, url_or_none
 
-# each action: any one of its permissions (cancel and migrate as the run viewer and the Migrate dialog ask)
-RETRY_PERMISSION = ("workflows.change_run",)
-CANCEL_PERMISSION = ("workflows.cancel_runs", "workflows.change_definitionversion")
-RECONCILE_PERMISSION = ("workflows.change_command",)
-MIGRATE_PERMISSION = ("workflows.migrate_runs", "workflows.change_definitionversion")
 RADAR_DEFAULTS: dict[str, Any] = {"PERCENTILE": 0.95, "WINDOW_DAYS": 30, "FLOOR_SECONDS": 3600, "THRESHOLDS": {}}
 BULK_LIMIT = 500  # one confirmation touches at most this many runs
-ACTIONS = {"retry": ("Retry", RETRY_PERMISSION), "cancel": ("Cancel", CANCEL_PERMISSION)}
+ACTIONS = {"retry": ("Retry", Capability.RETRY), "cancel": ("Cancel", Capability.CANCEL)}
 
 
 def radar_settings() -> dict[str, Any]:
     return {**RADAR_DEFAULTS, **(getattr(settings, "OPS_RADAR", None) or {})}
 
 
-def _can(request: HttpRequest, permissions: tuple[str, ...]) -> bool:
-    return bool(request.user.is_superuser or any(request.user.has_perm(p) for p in permissions))
+def _can(request: HttpRequest, capability: Capability) -> bool:
+    return access.has(request.user, capability)
 
 
 # --- the radar ------------------------------------------------------------------------------
 
 
 @never_cache
-@staff_required
+@page_requires(Capability.OPERATE)
 @require_GET
 def radar(request: HttpRequest) -> HttpResponse:
     options = radar_settings()
@@ -146,11 +142,11 @@ def radar(request: HttpRequest) -> HttpResponse:
     context = {
         "sections": sections,
         "total": sum(len(s["rows"]) for s in sections),
-        "can_retry": _can(request, RETRY_PERMISSION),
-        "can_cancel": _can(request, CANCEL_PERMISSION),
-        "can_reconcile": _can(request, RECONCILE_PERMISSION),
-        "can_migrate": _can(request, MIGRATE_PERMISSION),
-        "can_bulk": _can(request, RETRY_PERMISSION) or _can(request, CANCEL_PERMISSION),
+        "can_retry": _can(request, Capability.RETRY),
+        "can_cancel": _can(request, Capability.CANCEL),
+        "can_reconcile": _can(request, Capability.OPERATE),
+        "can_migrate": _can(request, Capability.MIGRATE),
+        "can_bulk": _can(request, Capability.RETRY) or _can(request, Capability.CANCEL),
         "selectable": ("parked", "stuck", "dead", "tasks"),
     }
     return render(request, "workflows/ops/radar.html", context)
@@ -179,12 +175,10 @@ def _migrate_url(row: dict[str, Any]) -> str | None:
 # --- retry one run ---------------------------------------------------------------------------
 
 
-@staff_required
+@page_requires(Capability.RETRY)
 @require_POST
 def retry(request: HttpRequest) -> HttpResponse:
     """Retry one run (a dead letter's or a failed run's): records a RETRY."""
-    if not _can(request, RETRY_PERMISSION):
-        raise PermissionDenied("retrying a run needs workflows.change_run")
     run_id = _uuid(request.POST.get("run_id"))
     if run_id is None:
         raise Http404("run not found")
@@ -201,7 +195,7 @@ def retry(request: HttpRequest) -> HttpResponse:
 
 
 @never_cache
-@staff_required
+@login_required
 @require_POST
 def bulk(request: HttpRequest) -> HttpResponse:
     """Confirmation (first POST, from the radar's selection) and apply (POST with the count
@@ -211,9 +205,9 @@ def bulk(request: HttpRequest) -> HttpResponse:
     if action not in ACTIONS:
         messages.error(request, "Choose Retry selected or Cancel selected.")
         return HttpResponseRedirect(reverse("ops:radar"))
-    label, permission = ACTIONS[action]
-    if not _can(request, permission):
-        raise PermissionDenied(f"{action} needs one of " + ", ".join(permission))
+    label, capability = ACTIONS[action]
+    if not _can(request, capability):
+        raise PermissionDenied(access.refusal(capability))
     runs = queries.runs_for_action(run_ids=request.POST.getlist("run")[:BULK_LIMIT])
     if not runs:
         messages.error(request, "Select at least one run first.")
@@ -287,12 +281,10 @@ def _uuid(value: Any) -> uuid.UUID | None:
 
 
 @never_cache
-@staff_required
+@page_requires(Capability.OPERATE)
 @require_http_methods(["GET", "POST"])
 def reconcile(request: HttpRequest, command_id: int) -> HttpResponse:
     """Replay or resolve one OUTCOME_UNKNOWN command, with a reason (administrators)."""
-    if not _can(request, RECONCILE_PERMISSION):
-        raise PermissionDenied("reconciling needs workflows.change_command")
     item = queries.reconcile_candidate(command_id=command_id)
     if item is None:
         raise Http404("command not found")

@@ -1,4 +1,4 @@
-"""The run viewer (staff): ``/runs/`` and ``/runs/<id>/``, and the cancel-run confirmation.
+"""The run viewer (view runs capability): ``/runs/`` and ``/runs/<id>/``, and the cancel-run confirmation.
 
 A run's page explains it: the header (status, pin, subject, business key, who started it),
 a picture of its graph with the current position(s) and the path taken, the timeline of its
@@ -7,8 +7,8 @@ ten; filtered and paged through htmx fragments, plain links without JavaScript),
 before and after any DECISION (rebuilt from the decision log), the command queue with its
 errors, open tasks and timers, and its parks — where it waited and who moved it.
 
-Cancel run lives on a waiting run's page for users with ``workflows.change_definitionversion``
-(others see no button and are refused with 403). The confirmation says it cannot be undone,
+Cancel run lives on a waiting run's page for users with the cancel runs capability
+(``workflows.access``; others see no button and are refused with 403). The confirmation says it cannot be undone,
 lists what it will cancel, and carries the run's ``state_version`` and ``history_seq`` as
 shown; ``operations.cancel_confirmed`` leaves the run alone when it moved on meanwhile.
 
@@ -19,45 +19,27 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods
 
-from workflows import operations, queries
+from workflows import access, operations, queries
+from workflows.access import Capability, page_requires
 from workflows.exceptions import AlreadyMovedOn, InstanceNotFound, LockTimeout, PersistenceError
 from workflows.models import HistoryEntry, Run, RunStatus
 from workflows.views.graph import render_svg
 
-CANCEL_PERMISSION = "workflows.change_definitionversion"
 RUNS_PAGE = 50
 VALUE_CHARS = 160  # a value shown inline in the timeline is cut here (the full one is a click away)
 
 
-def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Signed-out visitors go to the sign-in page; signed-in non-staff are refused (403)."""
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not request.user.is_staff:
-            raise PermissionDenied("the run viewer is for staff")
-        return view(request, *args, **kwargs)
-
-    return wrapper
-
-
 def _can_cancel(request: HttpRequest) -> bool:
-    return bool(request.user.has_perm(CANCEL_PERMISSION))
+    return access.has(request.user, Capability.CANCEL)
 
 
 def _run_or_404(run_id: uuid.UUID) -> Run:
@@ -229,7 +211,7 @@ def _step_types(plan: Any) -> dict[str, str]:
 # --- list ---------------------------------------------------------------------------------
 
 
-@staff_required
+@page_requires(Capability.VIEW_RUNS)
 @require_GET
 def run_list(request: HttpRequest) -> HttpResponse:
     status = request.GET.get("status", "")
@@ -311,7 +293,7 @@ def _history_context(run: Run, plan: Any, params: dict[str, Any]) -> dict[str, A
     }
 
 
-@staff_required
+@page_requires(Capability.VIEW_RUNS)
 @require_GET
 def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = _run_or_404(run_id)
@@ -355,7 +337,7 @@ def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     return render(request, "workflows/runs/detail.html", context)
 
 
-@staff_required
+@page_requires(Capability.VIEW_RUNS)
 @require_GET
 def run_history(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     """The timeline rows (htmx fragment); without htmx, the run page at that position."""
@@ -368,7 +350,7 @@ def run_history(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     return render(request, template, context)
 
 
-@staff_required
+@page_requires(Capability.VIEW_RUNS)
 @require_GET
 def decision_change(request: HttpRequest, run_id: uuid.UUID, seq: int) -> HttpResponse:
     """The state before and after one DECISION, with its patch (fragment or page)."""
@@ -396,11 +378,9 @@ def decision_change(request: HttpRequest, run_id: uuid.UUID, seq: int) -> HttpRe
 # --- cancel run ---------------------------------------------------------------------------
 
 
-@staff_required
+@page_requires(Capability.CANCEL)
 @require_http_methods(["GET", "POST"])
 def run_cancel(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
-    if not _can_cancel(request):
-        raise PermissionDenied("cancelling a run needs change permission on workflow definitions")
     run = _run_or_404(run_id)
     source = request.POST if request.method == "POST" else request.GET
     seen_version = _int(source.get("seen_state_version"))

@@ -1,7 +1,7 @@
 """Approvers' pages: the inbox of open tasks and one page per task with its decision forms.
 
 Reads go through ``workflows.queries`` (which also decides who may see a task: assignees and
-staff with ``workflows.change_task``; everyone else gets 404, with no hint that the task
+users with the act on any task capability, ``workflows.access``; everyone else gets 404, with no hint that the task
 exists), writes through ``operations.complete_task``. The inbox is one template that htmx
 refreshes as a fragment (``request.htmx``).
 

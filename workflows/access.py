@@ -1,0 +1,250 @@
+"""Who may do what: the one permission model of the API, the HTML pages, the radar, the
+designer and the admin (docs/reliability.md, "Permission matrix").
+
+Before this module there were three drifted copies of the checks: cancelling asked for
+``change_run`` in the API, ``change_definitionversion`` in the run viewer and ``cancel_runs``
+on the radar; the run viewer, the operations pages and the designer let in any staff user
+(one of them without even asking ``is_active``). Now every surface asks :func:`has` for a
+:class:`Capability`, and each capability is one row of :data:`MATRIX`.
+
+Rules:
+
+- inactive and signed-out users hold no capability; superusers hold every one;
+- ``is_staff`` only lets a user into the Django admin site: it grants no capability;
+- a capability is held through any one of the Django permissions of its row (the first is its
+  own; the others are broader permissions that have always granted it: ``change_*`` implies
+  ``view_*`` as in the Django admin, and deploying a revision lets its author move the runs
+  parked on the one it replaced);
+- cancelling is its own permission (``cancel_runs``): ``change_run`` signals and retries,
+  which a run survives, but does not tear runs down;
+- approvers act on their tasks through the task's assignment (``workflows.queries``), not
+  through these permissions; ``workflows.change_task`` lets a user act on any task.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any
+
+
+class Capability(enum.StrEnum):
+    VIEW_RUNS = "view runs"
+    START = "start runs"
+    SIGNAL = "signal runs"
+    CANCEL = "cancel runs"
+    RETRY = "retry runs"
+    MIGRATE = "migrate runs"
+    VIEW_DEFINITIONS = "view definitions"
+    DEPLOY = "deploy definitions"
+    OPERATE = "operate"
+    VIEW_CAPTURES = "view captures"
+    ACT_ON_ANY_TASK = "act on any task"
+
+
+@dataclass(frozen=True)
+class Rule:
+    permissions: tuple[str, ...]  # any one grants the capability; the first is its own
+    allows: str  # what it allows, in words (the matrix in the docs says it per surface)
+
+
+MATRIX: dict[Capability, Rule] = {
+    Capability.VIEW_RUNS: Rule(
+        ("workflows.view_run", "workflows.change_run"),
+        "read runs, their history and state: API run list/detail/history, the run viewer, the run admin",
+    ),
+    Capability.START: Rule(("workflows.add_run",), "start runs (API POST /runs/)"),
+    Capability.SIGNAL: Rule(("workflows.change_run",), "send signals to runs (API)"),
+    Capability.CANCEL: Rule(
+        ("workflows.cancel_runs",),
+        "cancel runs: API cancel, the run viewer's Cancel run, the radar's bulk cancel",
+    ),
+    Capability.RETRY: Rule(
+        ("workflows.change_run",),
+        "retry runs: API retry, the radar's retry and bulk retry, the run and command admin's retry",
+    ),
+    Capability.MIGRATE: Rule(
+        ("workflows.migrate_runs", "workflows.change_definitionversion"),
+        "move parked runs between revisions: API run migrate and /migrations/, the Migrate dialog",
+    ),
+    Capability.VIEW_DEFINITIONS: Rule(
+        ("workflows.view_definitionversion", "workflows.change_definitionversion"),
+        "read definitions and activations (API), the designer's pages and editor (no deploy)",
+    ),
+    Capability.DEPLOY: Rule(
+        ("workflows.change_definitionversion",),
+        "load, publish, deprecate, retire, reinstate, activate: API, designer Deploy, definition admin",
+    ),
+    Capability.OPERATE: Rule(
+        ("workflows.change_command", "capture.reconcile_capture"),
+        "the /ops/ dashboard and radar, reconciling OUTCOME_UNKNOWN commands and captures, the capture list",
+    ),
+    Capability.VIEW_CAPTURES: Rule(
+        ("capture.view_capture", "capture.reconcile_capture", "workflows.change_command"),
+        "read captures (API /captures/, the capture admin's list); the operate permissions grant it too",
+    ),
+    Capability.ACT_ON_ANY_TASK: Rule(
+        ("workflows.change_task",),
+        "see, complete and reassign any task (others only the tasks assigned to them or their groups)",
+    ),
+}
+
+
+# --- the matrix by route ------------------------------------------------------------------------
+
+# Routes that need no capability, and why. Everything else is in ROUTES with its capability.
+PUBLIC = "public"  # anyone: health, sign-in/out, the OpenAPI schema and its docs page
+ASSIGNMENT = "assignment"  # any signed-in user, for the tasks assigned to them (or ACT_ON_ANY_TASK)
+TOKEN = "metrics token"  # Authorization: Bearer <settings.METRICS_TOKEN>
+ADMIN = "django admin"  # is_staff opens the admin site; each model page asks its model permission
+
+Guard = Capability | str | tuple[Capability, ...]  # a tuple: one of them, by the request (ops:bulk by its action)
+
+# URL name -> {HTTP method: what it needs}. Every named route of the site is here or under
+# ``admin:`` (ADMIN unless listed); the route test (tests/reliability/test_permission_matrix.py)
+# walks the URL conf and fails on a route missing from this table.
+ROUTES: dict[str, dict[str, Guard]] = {
+    "healthz": {"GET": PUBLIC},
+    "login": {"GET": PUBLIC, "POST": PUBLIC},
+    "logout": {"POST": PUBLIC},
+    "api:schema": {"GET": PUBLIC},
+    "api:docs": {"GET": PUBLIC},
+    "ops:metrics": {"GET": TOKEN},
+    # API
+    "api:runs": {"GET": Capability.VIEW_RUNS, "POST": Capability.START},
+    "api:run": {"GET": Capability.VIEW_RUNS},
+    "api:run-history": {"GET": Capability.VIEW_RUNS},
+    "api:run-signals": {"POST": Capability.SIGNAL},
+    "api:run-cancel": {"POST": Capability.CANCEL},
+    "api:run-retry": {"POST": Capability.RETRY},
+    "api:run-migrate": {"POST": Capability.MIGRATE},
+    "api:tasks": {"GET": ASSIGNMENT},
+    "api:task": {"GET": ASSIGNMENT},
+    "api:task-complete": {"POST": ASSIGNMENT},
+    "api:task-reassign": {"POST": ASSIGNMENT},
+    "api:definitions": {"GET": Capability.VIEW_DEFINITIONS, "POST": Capability.DEPLOY},
+    "api:definition-publish": {"POST": Capability.DEPLOY},
+    "api:definition-deprecate": {"POST": Capability.DEPLOY},
+    "api:definition-retire": {"POST": Capability.DEPLOY},
+    "api:definition-reinstate": {"POST": Capability.DEPLOY},
+    "api:activations": {"GET": Capability.VIEW_DEFINITIONS},
+    "api:activation": {"PUT": Capability.DEPLOY, "DELETE": Capability.DEPLOY},
+    "api:captures": {"GET": Capability.VIEW_CAPTURES},
+    "api:capture-reconcile": {"POST": Capability.OPERATE},
+    "api:migrations": {"GET": Capability.MIGRATE, "POST": Capability.MIGRATE},
+    "api:migration": {"GET": Capability.MIGRATE},
+    "api:migration-apply": {"POST": Capability.MIGRATE},
+    "api:migration-runs": {"GET": Capability.MIGRATE},
+    # approvers' pages
+    "workflows:inbox": {"GET": ASSIGNMENT},
+    "workflows:task": {"GET": ASSIGNMENT, "POST": ASSIGNMENT},
+    # run viewer
+    "workflows:runs:list": {"GET": Capability.VIEW_RUNS},
+    "workflows:runs:detail": {"GET": Capability.VIEW_RUNS},
+    "workflows:runs:history": {"GET": Capability.VIEW_RUNS},
+    "workflows:runs:change": {"GET": Capability.VIEW_RUNS},
+    "workflows:runs:cancel": {"GET": Capability.CANCEL, "POST": Capability.CANCEL},
+    # Migrate dialog
+    "workflows:migrate:dialog": {"GET": Capability.MIGRATE},
+    "workflows:migrate:picker": {"GET": Capability.MIGRATE},
+    "workflows:migrate:preview": {"POST": Capability.MIGRATE},
+    "workflows:migrate:records": {"GET": Capability.MIGRATE},
+    "workflows:migrate:record": {"GET": Capability.MIGRATE},
+    "workflows:migrate:apply": {"POST": Capability.MIGRATE},
+    "workflows:migrate:progress": {"GET": Capability.MIGRATE},
+    "workflows:migrate:discard": {"POST": Capability.MIGRATE},
+    # operations dashboard and radar
+    "ops:dashboard": {"GET": Capability.OPERATE},
+    "ops:radar": {"GET": Capability.OPERATE},
+    "ops:retry": {"POST": Capability.RETRY},
+    "ops:bulk": {"POST": (Capability.RETRY, Capability.CANCEL)},
+    "ops:reconcile": {"GET": Capability.OPERATE, "POST": Capability.OPERATE},
+    # designer
+    "designer:list": {"GET": Capability.VIEW_DEFINITIONS},
+    "designer:workflow": {"GET": Capability.VIEW_DEFINITIONS},
+    "designer:compare": {"GET": Capability.VIEW_DEFINITIONS},
+    "designer:new": {"GET": Capability.VIEW_DEFINITIONS},
+    "designer:edit": {"GET": Capability.VIEW_DEFINITIONS},
+    "designer:check": {"POST": Capability.VIEW_DEFINITIONS},
+    "designer:cel": {"POST": Capability.VIEW_DEFINITIONS},
+    "designer:step_form": {"POST": Capability.VIEW_DEFINITIONS},
+    "designer:step_apply": {"POST": Capability.VIEW_DEFINITIONS},
+    "designer:deploy": {"POST": Capability.DEPLOY},
+    # admin pages of our own (the rest of admin: is ADMIN)
+    "admin:capture_capture_reconcile": {"GET": Capability.OPERATE},
+    "admin:capture_capture_reconcile_confirm": {"GET": Capability.OPERATE, "POST": Capability.OPERATE},
+}
+
+
+def route_guard(name: str) -> dict[str, Guard] | None:
+    """What a named route needs, per method; None for a route the matrix does not know."""
+    if name in ROUTES:
+        return ROUTES[name]
+    if name.startswith("admin:"):
+        return {"GET": ADMIN, "POST": ADMIN}
+    return None
+
+
+def is_active_user(user: Any) -> bool:
+    return bool(user is not None and getattr(user, "is_authenticated", False) and getattr(user, "is_active", False))
+
+
+def has(user: Any, capability: Capability) -> bool:
+    """Whether ``user`` holds ``capability`` (never because of ``is_staff``)."""
+    if not is_active_user(user):
+        return False
+    if getattr(user, "is_superuser", False):
+        return True
+    return any(user.has_perm(permission) for permission in MATRIX[capability].permissions)
+
+
+def refusal(capability: Capability) -> str:
+    """The value-free text of a refusal: which capability and which permission grants it."""
+    return f"this needs the {capability.value} capability (permission {MATRIX[capability].permissions[0]})"
+
+
+def capabilities(user: Any) -> set[Capability]:
+    return {c for c in Capability if has(user, c)}
+
+
+def page_requires(capability: Capability) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """An HTML view decorator: signed-out visitors go to the sign-in page; signed-in users
+    without the capability get a 403 page (never a login page, never the content)."""
+
+    def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
+        @wraps(view)
+        def guarded(request: Any, *args: Any, **kwargs: Any) -> Any:
+            from django.contrib.auth.views import redirect_to_login
+            from django.core.exceptions import PermissionDenied
+
+            if not getattr(request.user, "is_authenticated", False):
+                return redirect_to_login(request.get_full_path())
+            if not has(request.user, capability):
+                raise PermissionDenied(refusal(capability))
+            return view(request, *args, **kwargs)
+
+        guarded.capability = capability  # type: ignore[attr-defined]  # the route test reads it
+        return guarded
+
+    return decorate
+
+
+def assignee_problem(*, mode: str, value: str) -> str | None:
+    """Why a task cannot be assigned to ``mode``/``value`` (value-free), or None when it can:
+    a user must exist and be active (looked up by the user model's ``USERNAME_FIELD``, the
+    name task assignments hold), a group must exist."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    if mode == "user":
+        model = get_user_model()
+        users = model._default_manager.filter(**{model.USERNAME_FIELD: value})
+        if any(f.name == "is_active" for f in model._meta.get_fields()):
+            users = users.filter(is_active=True)
+        found = users.exists()
+        return None if found else "no active user has this username"
+    if mode in ("group", "role"):
+        return None if Group.objects.filter(name=value).exists() else "no group has this name"
+    return None

@@ -48,3 +48,14 @@ def test_seed_demo_reset_passwords_restores_the_demo_ones() -> None:
     call_command("seed_demo", "--reset-passwords", verbosity=0)
 
     assert authenticate(username="bob", password="bob") is not None
+
+
+@pytest.mark.django_db
+def test_the_demo_users_hold_the_capabilities_the_readme_gives_them() -> None:
+    from workflows.access import Capability, capabilities
+
+    call_command("seed_demo", verbosity=0)
+    users = {u.username: u for u in get_user_model().objects.all()}
+    assert capabilities(users["admin"]) == set(Capability)
+    assert capabilities(users["requester"]) == {Capability.START}  # starts purchase requests
+    assert capabilities(users["alice"]) == capabilities(users["bob"]) == set()  # tasks come by assignment

@@ -211,6 +211,8 @@ def test_every_action_of_the_permission_matrix_is_refused_without_its_permission
     for label, channel, target, body in permission_matrix(world):
         method, path = target.split(" ", 1)
         for actor, user in actors.items():
+            if (label, actor) == ("start a run", "requester"):
+                continue  # the requester's one capability: starting runs (seed_demo, the README)
             client: Any = api_for(user) if channel == "api" else browser_for(user)
             before = fingerprint()
             if channel == "api":

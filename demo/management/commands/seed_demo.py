@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
@@ -24,13 +24,16 @@ class DemoUser:
     role: str
     superuser: bool = False
     approver: bool = False
+    permissions: tuple[str, ...] = ()  # "app_label.codename" (the matrix in docs/reliability.md)
 
 
 DEMO_USERS = (
     DemoUser("admin", "admin", "administrator (Django admin)", superuser=True),
     DemoUser("alice", "alice", "approver", approver=True),
     DemoUser("bob", "bob", "approver", approver=True),
-    DemoUser("requester", "requester", "requester"),
+    # starting runs is the start runs capability (workflows.add_run); approvers need no
+    # permission: they act on their tasks through the tasks' assignment
+    DemoUser("requester", "requester", "requester", permissions=("workflows.add_run",)),
 )
 
 
@@ -60,6 +63,9 @@ class Command(BaseCommand):
             user.save()
             if demo.approver:
                 user.groups.add(approvers)
+            for dotted in demo.permissions:
+                app_label, codename = dotted.split(".")
+                user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
             note = "" if created or reset_passwords else "  (existing user: password left as it was)"
             lines.append(f"  {demo.username:<10} / {demo.password:<10} {demo.role}{note}")
         if options.get("verbosity", 1) >= 1:

@@ -212,3 +212,15 @@ def test_cancel_is_one_capability_in_the_api_the_run_viewer_and_the_radar(world:
     ]
     assert [(s, call(deployer).status_code) for s, call in surfaces] == [(s, 403) for s, _ in surfaces]
     assert all(call(canceller).status_code != 403 for _, call in surfaces)
+
+
+def test_the_documented_matrix_is_the_enforced_one() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
+    assert "## Permission matrix" in doc
+    for capability, rule in access.MATRIX.items():
+        row = next((line for line in doc.splitlines() if line.startswith(f"| {capability.value} |")), None)
+        assert row is not None, f"docs/reliability.md has no row for {capability.value}"
+        granted = row.split("|")[2]
+        assert [p.strip("` ") for p in granted.split(",")] == list(rule.permissions), capability

@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "accounts",
     "workflows",
     "capture",
     "designer",

@@ -3,7 +3,8 @@
 Deployment reads: DATABASE_URL, CELERY_BROKER_URL, SECRET_KEY, DEBUG, ALLOWED_HOSTS,
 EMAIL_URL (smtp://user:pass@host:port, or console:// / locmem://), LOG_FORMAT (json|text),
 WORKFLOWS_EXECUTOR_ENABLED (false makes a recording-only node), METRICS_TOKEN,
-WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET, SECURE_COOKIES (and the SECURE_* details).
+WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET, SECURE_COOKIES (and the SECURE_* details),
+DATABASE_POOL_MAX_SIZE / DATABASE_POOL_TIMEOUT.
 Without DATABASE_URL an embedded PostgreSQL starts (see config/embedded.py); without
 CELERY_BROKER_URL a server-less filesystem broker is used.
 
@@ -124,6 +125,27 @@ else:
     _db = embedded.database_settings()
     EMBEDDED_DATABASE = True
 
+
+def _celery_process() -> bool:
+    """`celery -A config worker|beat`, as the `celery` script or `python -m celery`."""
+    program = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    return program.name == "celery" or (program.name == "__main__.py" and program.parent.name == "celery")
+
+
+# Processes that serve HTTP (runserver, gunicorn, ASGI) take connections from a bounded pool
+# (psycopg_pool through Django's `pool` option): a burst of requests waits for a connection
+# (up to DATABASE_POOL_TIMEOUT seconds) instead of opening one per thread until PostgreSQL
+# refuses more. Celery processes run one task at a time per process and keep their one
+# persistent connection (conn_max_age; the engine's prepared statements live on it).
+DATABASE_POOL_MAX_SIZE = int(os.environ.get("DATABASE_POOL_MAX_SIZE", "10"))
+if DATABASE_POOL_MAX_SIZE > 0 and not _celery_process():
+    _db["CONN_MAX_AGE"] = 0  # Django's pool requires it: a connection goes back after each request
+    _db.setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": float(os.environ.get("DATABASE_POOL_TIMEOUT", "30")),
+        "max_idle": 300,
+    }
 # Processes the test suite starts (a real Celery worker and beat) must use the database
 # pytest-django created, whose name only the test process knows.
 if os.environ.get("SWITCHYARD_DB_NAME"):

@@ -105,7 +105,7 @@ def test_dev_py_run_serves_admin_and_healthz_and_stops_everything_on_ctrl_c(brow
         assert any("celery" in n and " beat" in n for n in names), names
         # It binds this machine only, and says so; its secrets are its own, readable by its owner only.
         assert f"listens on 127.0.0.1:{port} (this machine only" in output(), output()
-        assert "WARNING" not in output()
+        assert "dev.py: WARNING" not in output()
         listening = {
             (c.laddr.ip, c.laddr.port)
             for pid in processes

@@ -14,7 +14,6 @@ import sys
 import pytest
 
 import dev
-
 from tests.support.processes import ROOT
 
 

@@ -26,8 +26,16 @@ from workflows import conf
 
 ROOT = Path(__file__).resolve().parents[2]
 # Anything of this test run's environment that would decide for the process under test.
-DECIDING = ("SECRET_KEY", "DEBUG", "SECURE_COOKIES", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS",
-            "WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET", "DJANGO_ALLOW_ASYNC_UNSAFE", "SWITCHYARD_DATA_DIR")  # fmt: skip
+DECIDING = (
+    "SECRET_KEY",
+    "DEBUG",
+    "SECURE_COOKIES",
+    "SECURE_SSL_REDIRECT",
+    "SECURE_HSTS_SECONDS",
+    "WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET",
+    "DJANGO_ALLOW_ASYNC_UNSAFE",
+    "SWITCHYARD_DATA_DIR",
+)
 
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -82,9 +90,10 @@ def test_webhooks_are_signed_with_their_own_secret_not_with_secret_key() -> None
     conf.reload()
 
     body = b'{"n":1}'
-    assert hmac.new(key, body, hashlib.sha256).hexdigest() == hmac.new(
-        b"receiver-shared-secret", body, hashlib.sha256
-    ).hexdigest()
+    assert (
+        hmac.new(key, body, hashlib.sha256).hexdigest()
+        == hmac.new(b"receiver-shared-secret", body, hashlib.sha256).hexdigest()
+    )
 
 
 def test_without_a_signing_secret_webhooks_are_not_sent_unless_debug() -> None:

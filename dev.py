@@ -246,7 +246,9 @@ def command_run(args: argparse.Namespace) -> int:
     # A local run is plain HTTP: no secure-only cookies, no redirect to https.
     env.setdefault("SECURE_COOKIES", "false")
     # manage() below runs with this process's environment
-    os.environ.update({k: env[k] for k in ("SECRET_KEY", "WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET", "SECURE_COOKIES")})
+    os.environ.update(
+        {k: env[k] for k in ("SECRET_KEY", "WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET", "SECURE_COOKIES")}
+    )
     host = args.host.strip() or "127.0.0.1"
 
     def on_signal(signum: int, frame: object) -> None:

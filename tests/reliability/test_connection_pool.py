@@ -195,3 +195,27 @@ def test_fifty_concurrent_clients_get_no_5xx_and_the_connections_stay_within_the
     assert Run.objects.filter(definition_id="pool-burst").count() == CLIENTS  # every start recorded
     assert sampler.samples > 0
     assert 1 <= sampler.most <= POOL_SIZE, f"the web process held {sampler.most} connections (pool: {POOL_SIZE})"
+
+
+@pytest.mark.parametrize(
+    ("argv0", "pooled"),
+    [("manage.py", True), ("gunicorn", True), ("celery", False), ("{celery}/__main__.py", False)],
+)
+def test_web_processes_pool_and_celery_processes_keep_one_connection(argv0: str, pooled: bool) -> None:
+    code = (
+        "import json, os, sys, celery; "
+        f"sys.argv = [{argv0!r}.format(celery=os.path.dirname(celery.__file__))]; "
+        "from config import settings; db = settings.DATABASES['default']; "
+        "print(json.dumps({'pool': db['OPTIONS'].get('pool'), 'age': db['CONN_MAX_AGE']}))"
+    )
+    env = {**os.environ, "DATABASE_URL": "postgres://pool-test.invalid/none", "DATABASE_POOL_MAX_SIZE": "7"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    if pooled:
+        assert seen["pool"]["max_size"] == 7 and seen["age"] == 0
+    else:
+        assert seen["pool"] is None and seen["age"] == 60

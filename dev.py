@@ -2,7 +2,7 @@
 """Switchyard's developer entry point. Standard library only: it must run on a machine that
 has nothing but Python 3.11.
 
-    python3 dev.py run  [--port 8000] [--host 0.0.0.0]   the app: web, Celery worker and beat
+    python3 dev.py run  [--port 8000] [--host 127.0.0.1] the app: web, Celery worker and beat
     python3 dev.py test [--coverage] [pytest arguments]   the whole test suite
     python3 dev.py lint [ruff format mypy imports migrations]
     python3 dev.py bench [arguments]                        the benchmarks under bench/
@@ -14,14 +14,23 @@ itself with the virtualenv's Python.
 Environment: `DATABASE_URL` / `CELERY_BROKER_URL` select a real PostgreSQL / broker; without
 them an embedded PostgreSQL (pgserver) and a filesystem broker live under
 `SWITCHYARD_DATA_DIR` (default `.data`; `.data/test` for the test suite). `PORT` sets the
-web port of `run`.
+web port of `run`, `HOST` (or `--host`) the address it binds: 127.0.0.1 unless told otherwise,
+since the demo users' passwords are public; `run` prints the address and warns when it binds
+wider than this machine.
+
+`run` keeps a SECRET_KEY and a webhook signing secret of its own under the data folder
+(`secret_key`, `webhook_signing_secret`, mode 0600, made on the first run) unless the
+environment sets them, and serves plain HTTP (`SECURE_COOKIES=false`). `test`, `lint` and
+`bench` give their processes random secrets of their own.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import ipaddress
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -181,6 +190,49 @@ class Stop(Exception):
     pass
 
 
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
+def url_host(host: str) -> str:
+    """``host`` as it appears in a URL or runserver's addrport (IPv6 in brackets)."""
+    bare = host.strip("[]")
+    return f"[{bare}]" if ":" in bare else bare
+
+
+def probe_host(host: str) -> str:
+    """Where dev.py itself reaches the web server bound on ``host``."""
+    bare = host.strip("[]")
+    if bare in ("", "0.0.0.0"):  # noqa: S104 - comparing, not binding
+        return "127.0.0.1"
+    if bare == "::":
+        return "[::1]"
+    return url_host(bare)
+
+
+def local_secrets(env: dict[str, str], data_dir: Path) -> None:
+    """The run's SECRET_KEY and webhook signing secret: the environment's, or the ones kept
+    under the data folder (made once, mode 0600), so that sessions survive a restart and no
+    known development key signs anything."""
+    from config import keys
+
+    if not env.get("SECRET_KEY"):
+        env["SECRET_KEY"] = keys.load_or_create(data_dir / keys.SECRET_KEY_FILE)
+    if not env.get("WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET"):
+        env["WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET"] = keys.load_or_create(data_dir / keys.WEBHOOK_SECRET_FILE)
+
+
+def throwaway_secrets(env: dict[str, str]) -> None:
+    """Secrets for a test, lint or bench run: random, never stored."""
+    env.setdefault("SECRET_KEY", secrets.token_urlsafe(64))
+    env.setdefault("WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET", secrets.token_urlsafe(32))
+
+
 def command_run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     env = os.environ.copy()
@@ -189,6 +241,15 @@ def command_run(args: argparse.Namespace) -> int:
     env["SWITCHYARD_DATA_DIR"] = str(data_dir)
     os.environ["SWITCHYARD_DATA_DIR"] = str(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(ROOT))
+    local_secrets(env, data_dir)
+    # A local run is plain HTTP: no secure-only cookies, no redirect to https.
+    env.setdefault("SECURE_COOKIES", "false")
+    # manage() below runs with this process's environment
+    os.environ.update(
+        {k: env[k] for k in ("SECRET_KEY", "WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET", "SECURE_COOKIES")}
+    )
+    host = args.host.strip() or "127.0.0.1"
 
     def on_signal(signum: int, frame: object) -> None:
         raise Stop(signal.Signals(signum).name)
@@ -202,7 +263,6 @@ def command_run(args: argparse.Namespace) -> int:
             # Start the embedded PostgreSQL here, once: every child joins this server
             # instead of racing to start its own, and it stops when dev.py exits.
             say(f"starting the embedded PostgreSQL under {data_dir / 'pg'}")
-            sys.path.insert(0, str(ROOT))
             from config import embedded
 
             embedded.database_settings()
@@ -230,7 +290,7 @@ def command_run(args: argparse.Namespace) -> int:
         children.append(
             Child(
                 "web",
-                [sys.executable, str(ROOT / "manage.py"), "runserver", f"{args.host}:{port}", "--noreload"],
+                [sys.executable, str(ROOT / "manage.py"), "runserver", f"{url_host(host)}:{port}", "--noreload"],
                 {**env, "SWITCHYARD_PROCESS": "web"},
             )
         )
@@ -248,13 +308,24 @@ def command_run(args: argparse.Namespace) -> int:
                 {**env, "SWITCHYARD_PROCESS": "beat"},
             )
         )
-        base = f"http://127.0.0.1:{port}"
+        base = f"http://{probe_host(host)}:{port}"
         if not wait_for_http(f"{base}/healthz", timeout=60, children=children):
             say("the web process did not answer /healthz; stopping")
             return 1
+        bound = f"{url_host(host)}:{port}"
+        if is_loopback(host):
+            say(f"the web server listens on {bound} (this machine only; --host 0.0.0.0 opens it to others)")
+        else:
+            warning = (
+                f"WARNING: the web server listens on {bound}, reachable from other machines, and the demo\n"
+                "users' passwords (admin/admin, ...) are public. Change them, or run with --host 127.0.0.1.\n"
+                "Other machines also need the host name in ALLOWED_HOSTS."
+            )
+            print("\n" + "\n".join(f"dev.py: {line}" for line in warning.splitlines()), flush=True)
         print(
             "\n"
-            f"Switchyard is running (ready in {time.monotonic() - started:.0f}s). Ctrl-C stops everything.\n"
+            f"Switchyard is running on {bound} (ready in {time.monotonic() - started:.0f}s). "
+            "Ctrl-C stops everything.\n"
             f"  Admin      {base}/admin/\n"
             f"  Inbox      {base}/tasks/\n"
             f"  API docs   {base}/api/docs/\n"
@@ -287,6 +358,7 @@ def command_test(args: argparse.Namespace, pytest_args: list[str]) -> int:
     env = os.environ.copy()
     # Tests get their own embedded server and broker folder, so a `dev.py run` in another
     # terminal never consumes the suite's Celery messages.
+    throwaway_secrets(env)
     if "SWITCHYARD_DATA_DIR" not in env:
         env["SWITCHYARD_DATA_DIR"] = str(ROOT / ".data" / "test")
         # That data is disposable: the embedded server may skip fsync (about 2x faster).
@@ -323,6 +395,7 @@ def command_lint(steps: list[str]) -> int:
         say(f"lint: {step}")
         argv = [sys.executable, *LINT_STEPS[step]]
         env = os.environ.copy()
+        throwaway_secrets(env)  # mypy (django-stubs) and makemigrations load the settings
         if step == "imports":
             argv = [str(VENV / "bin" / "lint-imports")]
         if step == "mypy":
@@ -347,7 +420,10 @@ def command_bench(bench_args: list[str]) -> int:
     else:
         say("no benchmarks yet (bench/__main__.py or bench/run.py)")
         return 1
-    return subprocess.run(argv, cwd=ROOT, check=False).returncode
+    env = os.environ.copy()
+    throwaway_secrets(env)
+    env.setdefault("SECURE_COOKIES", "false")
+    return subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
 
 
 def main() -> int:
@@ -357,7 +433,11 @@ def main() -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="web on :8000, a Celery worker and beat; Ctrl-C stops all")
     run.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
-    run.add_argument("--host", default=os.environ.get("HOST", "0.0.0.0"))  # noqa: S104 - a local dev server
+    run.add_argument(
+        "--host",
+        default=os.environ.get("HOST", "127.0.0.1"),
+        help="address the web server binds (default 127.0.0.1: this machine only)",
+    )
     test = commands.add_parser("test", help="the whole suite; other arguments go to pytest", allow_abbrev=False)
     test.add_argument("--coverage", action="store_true", help="measure coverage and print a report")
     lint = commands.add_parser("lint", help="ruff, ruff format, mypy, import contracts, migrations")

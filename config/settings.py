@@ -2,21 +2,31 @@
 
 Deployment reads: DATABASE_URL, CELERY_BROKER_URL, SECRET_KEY, DEBUG, ALLOWED_HOSTS,
 EMAIL_URL (smtp://user:pass@host:port, or console:// / locmem://), LOG_FORMAT (json|text),
-WORKFLOWS_EXECUTOR_ENABLED (false makes a recording-only node), METRICS_TOKEN.
+WORKFLOWS_EXECUTOR_ENABLED (false makes a recording-only node), METRICS_TOKEN,
+WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET, SECURE_COOKIES (and the SECURE_* details),
+DATABASE_POOL_MAX_SIZE / DATABASE_POOL_TIMEOUT.
 Without DATABASE_URL an embedded PostgreSQL starts (see config/embedded.py); without
 CELERY_BROKER_URL a server-less filesystem broker is used.
+
+Safe by default: with DEBUG off there is no fallback SECRET_KEY (start-up stops without one),
+the site is taken to be served over HTTPS (secure cookies, HSTS, redirect to https) unless
+SECURE_COOKIES=false, and `manage.py check --deploy` reports nothing the project causes.
+`python3 dev.py run` and `python3 dev.py test` set what a plain-HTTP local run needs.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
-from config import embedded
+from config import embedded, keys
 from workflows import conf as workflows_conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -29,9 +39,25 @@ def env_bool(name: str, default: bool) -> bool:
     return raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
+# The test suite's own process: its test client and live server speak plain HTTP, and it has
+# secrets of its own (`dev.py test` sets them; this covers a bare `pytest`), which the
+# processes it starts (Celery worker and beat) inherit.
+TEST_RUN = "pytest" in sys.modules
+if TEST_RUN:
+    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(64))
+    os.environ.setdefault("WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET", secrets.token_urlsafe(32))
+
 DEBUG = env_bool("DEBUG", False)
-# The fallback key is for local development only; `check --deploy` flags it in production.
-SECRET_KEY = os.environ.get("SECRET_KEY") or "django-insecure-switchyard-development-only-key-0123456789"
+# No known fallback key: with DEBUG off a missing SECRET_KEY stops start-up. With DEBUG on, the
+# key `dev.py run` keeps under the data folder (made on first use, mode 0600).
+SECRET_KEY = os.environ.get("SECRET_KEY", "").strip()
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set and DEBUG is off: set SECRET_KEY to a long random value "
+            "(python3 dev.py run makes one for a local run)"
+        )
+    SECRET_KEY = keys.load_or_create(embedded.DATA_DIR / keys.SECRET_KEY_FILE)
 ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()
 ]
@@ -50,6 +76,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "accounts",
     "workflows",
     "capture",
     "designer",
@@ -97,6 +124,28 @@ if os.environ.get("DATABASE_URL"):
 else:
     _db = embedded.database_settings()
     EMBEDDED_DATABASE = True
+
+
+def _celery_process() -> bool:
+    """`celery -A config worker|beat`, as the `celery` script or `python -m celery`."""
+    program = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    return program.name == "celery" or (program.name == "__main__.py" and program.parent.name == "celery")
+
+
+# Processes that serve HTTP (runserver, gunicorn, ASGI) take connections from a bounded pool
+# (psycopg_pool through Django's `pool` option): a burst of requests waits for a connection
+# (up to DATABASE_POOL_TIMEOUT seconds) instead of opening one per thread until PostgreSQL
+# refuses more. Celery processes run one task at a time per process and keep their one
+# persistent connection (conn_max_age; the engine's prepared statements live on it).
+DATABASE_POOL_MAX_SIZE = int(os.environ.get("DATABASE_POOL_MAX_SIZE", "10"))
+if DATABASE_POOL_MAX_SIZE > 0 and not _celery_process():
+    _db["CONN_MAX_AGE"] = 0  # Django's pool requires it: a connection goes back after each request
+    _db.setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": float(os.environ.get("DATABASE_POOL_TIMEOUT", "30")),
+        "max_idle": 300,
+    }
 # Processes the test suite starts (a real Celery worker and beat) must use the database
 # pytest-django created, whose name only the test process knows.
 if os.environ.get("SWITCHYARD_DB_NAME"):
@@ -132,13 +181,20 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
-if not DEBUG and env_bool("SECURE_COOKIES", False):
+# With DEBUG off the site is taken to be served over HTTPS (what production needs, and what
+# `check --deploy` asks for); a plain-HTTP run says SECURE_COOKIES=false (dev.py run does; the
+# test process is plain HTTP). Behind a proxy that ends TLS, set
+# SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO.
+if env_bool("SECURE_COOKIES", not DEBUG and not TEST_RUN):
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # load balancers probe it over plain HTTP
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
-    SECURE_HSTS_PRELOAD = True
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+if os.environ.get("SECURE_PROXY_SSL_HEADER"):
+    SECURE_PROXY_SSL_HEADER = (os.environ["SECURE_PROXY_SSL_HEADER"].strip(), "https")
 
 # --- email ----------------------------------------------------------------------------
 _email_url = os.environ.get("EMAIL_URL", "console://")

@@ -3,12 +3,18 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from accounts.forms import ThrottledAdminAuthenticationForm
+from accounts.views import SignInView, admin_sign_in
 from workflows.views.health import healthz
+
+# Both sign-in pages count failed passwords per user name and per address (accounts.throttle).
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/login/", admin_sign_in),  # admin.site.login with the 429 of a locked sign-in
     path("admin/", admin.site.urls),
     path("api/", include("workflows.api.urls")),
     path("designer/", include("designer.urls")),

@@ -6,6 +6,7 @@ with a message that names the key.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -46,6 +47,14 @@ SPEC: dict[str, dict[str, tuple[Any, Any, type]]] = {
     "MIGRATE": {
         "APPLY_BATCH": (200, 1, int),
     },
+    # Not in the reference texts: the secret webhooks are signed with (its own, never derived
+    # from SECRET_KEY outside DEBUG) and the sign-in throttle of the admin and approver pages.
+    "SECURITY": {
+        "WEBHOOK_SIGNING_SECRET": ("", None, str),
+        "SIGN_IN_MAX_FAILURES_PER_USER": (5, 1, int),
+        "SIGN_IN_MAX_FAILURES_PER_ADDRESS": (20, 1, int),
+        "SIGN_IN_LOCK_SECONDS": (900, 1, int),
+    },
 }
 
 
@@ -67,6 +76,7 @@ class WorkflowSettings:
     DEFINITIONS: Section
     CAPTURE: Section
     MIGRATE: Section
+    SECURITY: Section
 
 
 def problems(raw: Any) -> list[str]:
@@ -90,6 +100,9 @@ def problems(raw: Any) -> list[str]:
             if kind is bool:
                 if not isinstance(value, bool):
                     found.append(f"WORKFLOWS[{section!r}][{key!r}] must be true or false")
+            elif kind is str:
+                if not isinstance(value, str):
+                    found.append(f"WORKFLOWS[{section!r}][{key!r}] must be a string")
             elif isinstance(value, bool) or not isinstance(value, kind):
                 found.append(f"WORKFLOWS[{section!r}][{key!r}] must be an integer")
             elif minimum is not None and value < minimum:
@@ -135,6 +148,8 @@ def from_environment(environ: Any) -> dict[str, dict[str, Any]]:
             value: Any = raw
             if kind is bool:
                 value = raw.strip().lower() in {"1", "true", "yes", "on"}
+            elif kind is str:
+                value = raw
             else:
                 try:
                     value = int(raw)
@@ -142,3 +157,18 @@ def from_environment(environ: Any) -> dict[str, dict[str, Any]]:
                     value = raw
             result[section][key] = value
     return result
+
+
+def webhook_signing_key() -> bytes:
+    """The HMAC key of webhook signatures: ``SECURITY.WEBHOOK_SIGNING_SECRET``
+    (``WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET``). Receivers hold it, so it is not the site's
+    SECRET_KEY: rotating one never changes the other. Only with ``DEBUG`` on does a missing
+    secret fall back to a key derived from SECRET_KEY; otherwise a webhook is not sent."""
+    secret = str(get().SECURITY.WEBHOOK_SIGNING_SECRET)
+    if secret:
+        return secret.encode("utf-8")
+    if django_settings.DEBUG:
+        return hashlib.sha256(("switchyard-webhook:" + django_settings.SECRET_KEY).encode()).digest()
+    raise ImproperlyConfigured(
+        "WORKFLOWS['SECURITY']['WEBHOOK_SIGNING_SECRET'] is not set: webhooks are not sent unsigned"
+    )

@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 import urllib.error
@@ -14,6 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.support.browser import login
@@ -33,6 +35,11 @@ NOT_INHERITED = {
     "DJANGO_ALLOW_ASYNC_UNSAFE",
     "PYTEST_CURRENT_TEST",
     "PORT",
+    "HOST",
+    "DEBUG",
+    "SECRET_KEY",
+    "SECURE_COOKIES",
+    "WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET",
 }
 
 
@@ -96,6 +103,20 @@ def test_dev_py_run_serves_admin_and_healthz_and_stops_everything_on_ctrl_c(brow
         assert any("runserver" in n for n in names), names
         assert any("celery" in n and " worker" in n for n in names), names
         assert any("celery" in n and " beat" in n for n in names), names
+        # It binds this machine only, and says so; its secrets are its own, readable by its owner only.
+        assert f"listens on 127.0.0.1:{port} (this machine only" in output(), output()
+        assert "dev.py: WARNING" not in output()
+        listening = {
+            (c.laddr.ip, c.laddr.port)
+            for pid in processes
+            if is_alive(pid)
+            for c in psutil.Process(pid).net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN
+        }
+        assert ("127.0.0.1", port) in listening, listening
+        assert not [a for a in listening if a[1] == port and a[0] != "127.0.0.1"], listening
+        for name in ("secret_key", "webhook_signing_secret"):
+            assert stat.S_IMODE((data_dir / name).stat().st_mode) == 0o600
 
         page = browser.new_page()
         try:

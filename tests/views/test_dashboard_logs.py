@@ -75,7 +75,7 @@ def _settings_in_a_fresh_process(**env: str) -> dict[str, Any]:
         "logging.getLogger('workflows.engine').info('command settled', extra={'run_id': 'r', 'command_id': 1, "
         "'kind': 'START', 'outcome': 'COMPLETE', 'duration_ms': 1.5})"
     )
-    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "DATABASE_URL")}
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "DATABASE_URL", "SECRET_KEY")}
     result = subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,

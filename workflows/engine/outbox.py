@@ -535,8 +535,9 @@ def _perform(intent: dict[str, Any]) -> None:
 
 def _webhook(url: str, intent: dict[str, Any]) -> None:
     body = json.dumps(intent["payload"], separators=(",", ":")).encode("utf-8")
-    key = hashlib.sha256(("switchyard-webhook:" + settings.SECRET_KEY).encode()).digest()
-    signature = hmac.new(key, body, hashlib.sha256).hexdigest()
+    from workflows import conf
+
+    signature = hmac.new(conf.webhook_signing_key(), body, hashlib.sha256).hexdigest()
     headers = {"Content-Type": "application/json", "x-switchyard-signature": f"sha256={signature}"}
     headers.update({k: v for k, v in (intent["headers"] or {}).items()})
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310

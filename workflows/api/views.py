@@ -29,6 +29,7 @@ from rest_framework.views import APIView
 
 from workflows import definitions, operations, queries
 from workflows.api import pagination, parsers, permissions
+from workflows.engine import bounds
 from workflows.api import serializers as s
 from workflows.api.errors import PROBLEM_CONTENT_TYPE, escape_pointer_token, problem
 from workflows.exceptions import InstanceNotFound, InvalidPayload, TaskNotFound, Violation
@@ -138,6 +139,15 @@ class ApiView(APIView):
         super().initial(request, *args, **kwargs)
         # a NUL character or an unpaired surrogate can reach no column: refuse the query as
         # a body with one is refused (400, value-free), before any filter sends it to PostgreSQL
+        # the same for path segments (a scope or definition id in the URL may be %00)
+        for name, value in self.kwargs.items():
+            if isinstance(value, str) and parsers._bad_text(value):
+                message = "contains a NUL character or an unpaired surrogate"
+                raise InvalidPayload(
+                    "the path must not contain NUL characters or unpaired surrogates",
+                    violations=[Violation(pointer=f"/path/{escape_pointer_token(name)}", type="encoding",
+                                          message=message)],
+                )
         for name, values in request.query_params.lists():
             if parsers._bad_text(name) or any(parsers._bad_text(v) for v in values):
                 pointer = "" if parsers._bad_text(name) else f"/query/{escape_pointer_token(name)}"
@@ -169,7 +179,12 @@ def task_id_of(value: str) -> uuid.UUID:
 
 
 def idempotency_key(request: Request) -> str | None:
-    return request.headers.get("Idempotency-Key")
+    """The ``Idempotency-Key`` header, checked before any database work: 1 to 255 characters
+    without control characters (400 INVALID_PAYLOAD otherwise, the key not repeated). Keys
+    are the caller's own: the engine scopes them by the authenticated actor."""
+    key = request.headers.get("Idempotency-Key")
+    bounds.check_key(key, "the Idempotency-Key header")
+    return key
 
 
 def await_seconds(request: Request) -> float | None:
@@ -248,6 +263,7 @@ class RunsView(ApiView):
         ),
     )
     def post(self, request: Request) -> Response:
+        key = idempotency_key(request)
         wait = await_seconds(request)
         body = valid(s.StartRunInput, request.data)
         recording = operations.start(
@@ -256,7 +272,7 @@ class RunsView(ApiView):
             scope=body.get("scope"),
             business_key=body.get("business_key") or "",
             payload=body.get("payload"),
-            idempotency_key=idempotency_key(request),
+            idempotency_key=key,
             actor=request.user,
         )
         return recorded(recording, wait, location=True)
@@ -314,6 +330,7 @@ class RunSignalView(ApiView):
         ),
     )
     def post(self, request: Request, id: str) -> Response:
+        key = idempotency_key(request)
         run_id = run_id_of(id)
         wait = await_seconds(request)
         body = valid(s.SignalInput, request.data)
@@ -322,7 +339,7 @@ class RunSignalView(ApiView):
             name=body["name"],
             payload=body.get("payload"),
             branch=body.get("branch") or None,
-            idempotency_key=idempotency_key(request),
+            idempotency_key=key,
             actor=request.user,
         )
         return recorded(recording, wait)
@@ -440,6 +457,7 @@ class TaskCompleteView(ApiView):
         ),
     )
     def post(self, request: Request, id: str) -> Response:
+        key = idempotency_key(request)
         task = queries.task_for(request.user, task_id=task_id_of(id))
         wait = await_seconds(request)
         body = valid(s.CompleteTaskInput, request.data)
@@ -453,7 +471,7 @@ class TaskCompleteView(ApiView):
             payload=body.get("payload"),
             expected_assignment=expected,
             subject_version=body.get("subject_version"),
-            idempotency_key=idempotency_key(request),
+            idempotency_key=key,
             actor=request.user,
         )
         return recorded(recording, wait)

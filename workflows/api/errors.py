@@ -185,7 +185,11 @@ def _problem_for(exc: Exception) -> Response:
         log.info("API request refused by the database as a bad value (%s)", type(exc).__name__)
         message = "a value of the request cannot be stored (a NUL character or an over-long text)"
         return problem(
-            400, "INVALID_PAYLOAD", "Invalid request", message, [{"pointer": "", "type": "encoding", "message": message}]
+            400,
+            "INVALID_PAYLOAD",
+            "Invalid request",
+            message,
+            [{"pointer": "", "type": "encoding", "message": message}],
         )
     if isinstance(exc, DatabaseError):
         # Never the driver's text: it can quote the statement's parameters.

@@ -29,9 +29,9 @@ from rest_framework.views import APIView
 
 from workflows import definitions, operations, queries
 from workflows.api import pagination, parsers, permissions
-from workflows.engine import bounds
 from workflows.api import serializers as s
 from workflows.api.errors import PROBLEM_CONTENT_TYPE, escape_pointer_token, problem
+from workflows.engine import bounds
 from workflows.exceptions import InstanceNotFound, InvalidPayload, TaskNotFound, Violation
 
 # The longest ``?await`` honoured, in seconds (the parameter is validated against
@@ -145,8 +145,9 @@ class ApiView(APIView):
                 message = "contains a NUL character or an unpaired surrogate"
                 raise InvalidPayload(
                     "the path must not contain NUL characters or unpaired surrogates",
-                    violations=[Violation(pointer=f"/path/{escape_pointer_token(name)}", type="encoding",
-                                          message=message)],
+                    violations=[
+                        Violation(pointer=f"/path/{escape_pointer_token(name)}", type="encoding", message=message)
+                    ],
                 )
         for name, values in request.query_params.lists():
             if parsers._bad_text(name) or any(parsers._bad_text(v) for v in values):

@@ -569,3 +569,68 @@ def test_a_redirect_is_not_followed(
     assert (intent.status, intent.attempts) == ("DEAD", 1), (intent.status, intent.last_error)
     assert "redirect" in intent.last_error and location not in intent.last_error
     assert https_receiver["requests"] == 1
+
+
+# --- schema error pointers: plain names only -----------------------------------------------------
+#
+# Schema error pointers repeated caller-chosen keys (patternProperties patterns, $defs names,
+# dependentSchemas names) although the docs promise that a pointer repeats plain names only.
+
+SECRET = "Secret Key!"  # not a plain name: never in a pointer
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        ({"type": "object", "patternProperties": {"^(?=" + SECRET + ")": {}}}, "/patternProperties"),
+        ({"$defs": {SECRET: {"$ref": "https://example.com/s.json"}}}, "/$defs"),
+        ({"$defs": {SECRET: {"type": 5}}}, "/$defs"),
+        ({"properties": {SECRET: {"pattern": "(?<=a)b"}}}, "/properties"),
+        ({"dependentSchemas": {SECRET: {"$ref": "#/dependentSchemas/" + SECRET}}}, "/dependentSchemas"),
+    ],
+)
+def test_schema_problems_point_no_further_than_a_chosen_key(schema: dict[str, Any], expected: str) -> None:
+    from workflows.definitions import schemas
+
+    problems = schemas.check_schema(schema, at="/stateSchema")
+    assert problems
+    assert all(SECRET not in p.pointer and "Secret" not in p.pointer for p in problems), problems
+    assert any(p.pointer == "/stateSchema" + expected for p in problems), problems
+
+
+def test_a_plain_key_is_still_named_in_a_schema_pointer() -> None:
+    from workflows.definitions import schemas
+
+    problems = schemas.check_schema({"$defs": {"money": {"type": 5}}})
+    assert [p.pointer for p in problems] == ["/$defs/money/type"]
+
+
+def test_payload_violations_point_no_further_than_a_chosen_key() -> None:
+    from workflows.definitions import schemas
+
+    schema = {
+        "type": "object",
+        "patternProperties": {"^x": {"type": "integer"}},
+        "dependentSchemas": {"x y": {"required": [SECRET]}},
+        "required": [SECRET, "plain"],
+    }
+    problems = schemas.validate(schema, {"x " + SECRET: "not a number", "x y": 1})
+    assert problems
+    assert all("Secret" not in p.pointer and "x y" not in p.pointer for p in problems), problems
+    assert {p.pointer for p in problems} == {"", "/plain"}
+
+
+def test_a_definition_with_a_chosen_key_in_an_inline_schema_is_refused_without_repeating_it() -> None:
+    from workflows import definitions
+    from workflows.exceptions import DefinitionError
+
+    text = SIMPLE.replace(
+        "stateSchema: {type: object}",
+        'stateSchema: {type: object, patternProperties: {"(?=' + SECRET + ')": {}}, '
+        '$defs: {"' + SECRET + '": {$ref: "https://example.com/x"}}}',
+    )
+    with pytest.raises(DefinitionError) as refused:
+        definitions.load(scope="default", text=text, format="yaml")
+    pointers = [v.pointer for v in refused.value.violations]
+    assert pointers and all("Secret" not in p for p in pointers), pointers
+    assert "Secret" not in str(refused.value)

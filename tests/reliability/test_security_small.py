@@ -634,3 +634,12 @@ def test_a_definition_with_a_chosen_key_in_an_inline_schema_is_refused_without_r
     pointers = [v.pointer for v in refused.value.violations]
     assert pointers and all("Secret" not in p for p in pointers), pointers
     assert "Secret" not in str(refused.value)
+
+
+def test_a_token_with_a_nul_character_is_a_wrong_token_not_a_retryable_answer(db: None) -> None:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Token abc\x00def")
+    response = client.get("/api/v1/runs/")
+    assert response.status_code == 401, response.content
+    assert response.json()["code"] == "AUTHENTICATION_FAILED"
+    assert "Retry-After" not in response

@@ -19,8 +19,9 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import serializers, status
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework import exceptions, serializers, status
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.authentication import TokenAuthentication as DRFTokenAuthentication
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -119,6 +120,17 @@ def recorded_responses(**text: str) -> dict[Any, Any]:
 
 
 # --- base ------------------------------------------------------------------------------------
+
+
+class TokenAuthentication(DRFTokenAuthentication):
+    """DRF's token authentication, with a token that no stored key can equal (a NUL
+    character, an unpaired surrogate) refused as a wrong token (401) before the look-up:
+    PostgreSQL refuses such text with an error, not with "no row"."""
+
+    def authenticate_credentials(self, key: str) -> Any:
+        if parsers._bad_text(key):
+            raise exceptions.AuthenticationFailed("Invalid token.")
+        return super().authenticate_credentials(key)
 
 
 class ApiView(APIView):

@@ -81,7 +81,8 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     {"type": "string", "minLength": 1, "maxLength": 255},
     OpenApiParameter.HEADER,
     description="a repeat with the same key and body answers the first recording; another body with the same "
-    "key is refused with IDEMPOTENCY_CONFLICT",
+    "key is refused with IDEMPOTENCY_CONFLICT. Keys are the caller's own: another user's same key is another "
+    "key. 1 to 255 printable characters (a control character is 400 INVALID_PAYLOAD)",
 )
 AWAIT = OpenApiParameter(
     "await",

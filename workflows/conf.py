@@ -55,6 +55,11 @@ SPEC: dict[str, dict[str, tuple[Any, Any, type]]] = {
         "SIGN_IN_MAX_FAILURES_PER_ADDRESS": (20, 1, int),
         "SIGN_IN_LOCK_SECONDS": (900, 1, int),
     },
+    # service webhooks: addresses that are not public (loopback, private, link-local, ...)
+    # are refused after DNS resolution unless a network here (CIDR text) contains them
+    "SERVICES": {
+        "ALLOWED_NETWORKS": ((), None, tuple),
+    },
 }
 
 
@@ -77,6 +82,7 @@ class WorkflowSettings:
     CAPTURE: Section
     MIGRATE: Section
     SECURITY: Section
+    SERVICES: Section
 
 
 def problems(raw: Any) -> list[str]:
@@ -103,11 +109,26 @@ def problems(raw: Any) -> list[str]:
             elif kind is str:
                 if not isinstance(value, str):
                     found.append(f"WORKFLOWS[{section!r}][{key!r}] must be a string")
+            elif kind is tuple:
+                found.extend(_network_problems(section, key, value))
             elif isinstance(value, bool) or not isinstance(value, kind):
                 found.append(f"WORKFLOWS[{section!r}][{key!r}] must be an integer")
             elif minimum is not None and value < minimum:
                 found.append(f"WORKFLOWS[{section!r}][{key!r}] must be at least {minimum}")
     return found
+
+
+def _network_problems(section: str, key: str, value: Any) -> list[str]:
+    import ipaddress
+
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        return [f"WORKFLOWS[{section!r}][{key!r}] must be a list of networks (CIDR, e.g. 10.0.0.0/8)"]
+    for item in value:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except (TypeError, ValueError):
+            return [f"WORKFLOWS[{section!r}][{key!r}] holds an entry that is not a network (CIDR, e.g. 10.0.0.0/8)"]
+    return []
 
 
 def build(raw: Any) -> WorkflowSettings:
@@ -118,6 +139,9 @@ def build(raw: Any) -> WorkflowSettings:
     for section, keys in SPEC.items():
         values = {key: spec[0] for key, spec in keys.items()}
         values.update((raw or {}).get(section, {}))
+        for key, spec in keys.items():
+            if spec[2] is tuple:
+                values[key] = tuple(values[key])
         sections[section] = Section(values)
     return WorkflowSettings(**sections)
 
@@ -150,6 +174,8 @@ def from_environment(environ: Any) -> dict[str, dict[str, Any]]:
                 value = raw.strip().lower() in {"1", "true", "yes", "on"}
             elif kind is str:
                 value = raw
+            elif kind is tuple:  # comma-separated
+                value = tuple(part.strip() for part in raw.split(",") if part.strip())
             else:
                 try:
                     value = int(raw)

@@ -24,6 +24,7 @@ from rest_framework import exceptions, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
+from workflows.engine.db import is_bad_value
 from workflows.exceptions import WorkflowError
 
 log = logging.getLogger("workflows.api")
@@ -179,6 +180,17 @@ def _problem_for(exc: Exception) -> Response:
         return _protocol_problem(exceptions.PermissionDenied())
     if isinstance(exc, exceptions.APIException):
         return _protocol_problem(exc)
+    if isinstance(exc, DatabaseError) and is_bad_value(exc):
+        # deterministic (a NUL character, an over-long text): a retry would fail again
+        log.info("API request refused by the database as a bad value (%s)", type(exc).__name__)
+        message = "a value of the request cannot be stored (a NUL character or an over-long text)"
+        return problem(
+            400,
+            "INVALID_PAYLOAD",
+            "Invalid request",
+            message,
+            [{"pointer": "", "type": "encoding", "message": message}],
+        )
     if isinstance(exc, DatabaseError):
         # Never the driver's text: it can quote the statement's parameters.
         log.warning("API request failed on the database (%s)", type(exc).__name__)

@@ -19,8 +19,9 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import serializers, status
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework import exceptions, serializers, status
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.authentication import TokenAuthentication as DRFTokenAuthentication
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -31,6 +32,7 @@ from workflows import definitions, operations, queries
 from workflows.api import pagination, parsers, permissions
 from workflows.api import serializers as s
 from workflows.api.errors import PROBLEM_CONTENT_TYPE, escape_pointer_token, problem
+from workflows.engine import bounds
 from workflows.exceptions import InstanceNotFound, InvalidPayload, TaskNotFound, Violation
 
 # The longest ``?await`` honoured, in seconds (the parameter is validated against
@@ -79,7 +81,8 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     {"type": "string", "minLength": 1, "maxLength": 255},
     OpenApiParameter.HEADER,
     description="a repeat with the same key and body answers the first recording; another body with the same "
-    "key is refused with IDEMPOTENCY_CONFLICT",
+    "key is refused with IDEMPOTENCY_CONFLICT. Keys are the caller's own: another user's same key is another "
+    "key. 1 to 255 printable characters (a control character is 400 INVALID_PAYLOAD)",
 )
 AWAIT = OpenApiParameter(
     "await",
@@ -120,6 +123,17 @@ def recorded_responses(**text: str) -> dict[Any, Any]:
 # --- base ------------------------------------------------------------------------------------
 
 
+class TokenAuthentication(DRFTokenAuthentication):
+    """DRF's token authentication, with a token that no stored key can equal (a NUL
+    character, an unpaired surrogate) refused as a wrong token (401) before the look-up:
+    PostgreSQL refuses such text with an error, not with "no row"."""
+
+    def authenticate_credentials(self, key: str) -> Any:
+        if parsers._bad_text(key):
+            raise exceptions.AuthenticationFailed("Invalid token.")
+        return super().authenticate_credentials(key)
+
+
 class ApiView(APIView):
     # Token first: an unauthenticated request is answered 401 with WWW-Authenticate (DRF takes
     # the header from the first class; session authentication has none and would make it 403).
@@ -138,6 +152,16 @@ class ApiView(APIView):
         super().initial(request, *args, **kwargs)
         # a NUL character or an unpaired surrogate can reach no column: refuse the query as
         # a body with one is refused (400, value-free), before any filter sends it to PostgreSQL
+        # the same for path segments (a scope or definition id in the URL may be %00)
+        for name, value in self.kwargs.items():
+            if isinstance(value, str) and parsers._bad_text(value):
+                message = "contains a NUL character or an unpaired surrogate"
+                raise InvalidPayload(
+                    "the path must not contain NUL characters or unpaired surrogates",
+                    violations=[
+                        Violation(pointer=f"/path/{escape_pointer_token(name)}", type="encoding", message=message)
+                    ],
+                )
         for name, values in request.query_params.lists():
             if parsers._bad_text(name) or any(parsers._bad_text(v) for v in values):
                 pointer = "" if parsers._bad_text(name) else f"/query/{escape_pointer_token(name)}"
@@ -169,7 +193,12 @@ def task_id_of(value: str) -> uuid.UUID:
 
 
 def idempotency_key(request: Request) -> str | None:
-    return request.headers.get("Idempotency-Key")
+    """The ``Idempotency-Key`` header, checked before any database work: 1 to 255 characters
+    without control characters (400 INVALID_PAYLOAD otherwise, the key not repeated). Keys
+    are the caller's own: the engine scopes them by the authenticated actor."""
+    key = request.headers.get("Idempotency-Key")
+    bounds.check_key(key, "the Idempotency-Key header")
+    return key
 
 
 def await_seconds(request: Request) -> float | None:
@@ -248,6 +277,7 @@ class RunsView(ApiView):
         ),
     )
     def post(self, request: Request) -> Response:
+        key = idempotency_key(request)
         wait = await_seconds(request)
         body = valid(s.StartRunInput, request.data)
         recording = operations.start(
@@ -256,7 +286,7 @@ class RunsView(ApiView):
             scope=body.get("scope"),
             business_key=body.get("business_key") or "",
             payload=body.get("payload"),
-            idempotency_key=idempotency_key(request),
+            idempotency_key=key,
             actor=request.user,
         )
         return recorded(recording, wait, location=True)
@@ -314,6 +344,7 @@ class RunSignalView(ApiView):
         ),
     )
     def post(self, request: Request, id: str) -> Response:
+        key = idempotency_key(request)
         run_id = run_id_of(id)
         wait = await_seconds(request)
         body = valid(s.SignalInput, request.data)
@@ -322,7 +353,7 @@ class RunSignalView(ApiView):
             name=body["name"],
             payload=body.get("payload"),
             branch=body.get("branch") or None,
-            idempotency_key=idempotency_key(request),
+            idempotency_key=key,
             actor=request.user,
         )
         return recorded(recording, wait)
@@ -440,6 +471,7 @@ class TaskCompleteView(ApiView):
         ),
     )
     def post(self, request: Request, id: str) -> Response:
+        key = idempotency_key(request)
         task = queries.task_for(request.user, task_id=task_id_of(id))
         wait = await_seconds(request)
         body = valid(s.CompleteTaskInput, request.data)
@@ -453,7 +485,7 @@ class TaskCompleteView(ApiView):
             payload=body.get("payload"),
             expected_assignment=expected,
             subject_version=body.get("subject_version"),
-            idempotency_key=idempotency_key(request),
+            idempotency_key=key,
             actor=request.user,
         )
         return recorded(recording, wait)

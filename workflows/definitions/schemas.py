@@ -30,7 +30,7 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 
 from workflows import conf
-from workflows.definitions.names import safe_path
+from workflows.definitions.names import is_safe, safe_path
 from workflows.exceptions import Violation
 
 MAX_VIOLATIONS = 100
@@ -116,8 +116,32 @@ def nonlocal_refs(schema: Any) -> list[str]:
     return sorted(found)
 
 
+def plain_pointer(inner: str) -> str:
+    """``inner`` (a pointer inside a schema or a value) up to its first token that is not a
+    plain name or an index: keys under ``properties``, ``patternProperties`` (the patterns
+    themselves), ``$defs``, ``dependentSchemas`` ... are chosen by whoever wrote the schema or
+    the value, and a pointer repeats only plain names (``^[A-Za-z0-9_.$-]{1,255}$``)."""
+    tokens = [token.replace("~1", "/").replace("~0", "~") for token in inner.split("/")[1:]]
+    return pointer(safe_path(tokens))
+
+
+def _plain_violations(found: list[Violation], at: str) -> list[Violation]:
+    """``at`` + the plain part of each pointer inside the schema, duplicates dropped."""
+    unique: dict[tuple[str, str, str], Violation] = {}
+    for v in found:
+        inner = v.pointer[len(at) :] if v.pointer.startswith(at) else v.pointer
+        plain = Violation(at + plain_pointer(inner), v.type, v.message)
+        unique.setdefault((plain.pointer, plain.type, plain.message), plain)
+    return sorted(unique.values(), key=lambda v: v.pointer)
+
+
 def check_schema(schema: Any, *, at: str = "") -> list[Violation]:
-    """Every problem of a schema itself (pointers are ``at`` + the pointer inside the schema)."""
+    """Every problem of a schema itself (pointers are ``at`` + the pointer inside the schema,
+    cut at the first key that is not a plain name: see :func:`plain_pointer`)."""
+    return _plain_violations(_schema_problems(schema, at), at)
+
+
+def _schema_problems(schema: Any, at: str) -> list[Violation]:
     if isinstance(schema, bool):
         return []
     if not isinstance(schema, Mapping):
@@ -318,7 +342,8 @@ def validate(schema: Any, instance: Any) -> list[Violation]:
         if keyword == "required" and len(safe) == len(path):
             present = error.instance if isinstance(error.instance, Mapping) else {}
             for name in (name for name in error.validator_value if name not in present):
-                found.append(Violation(f"{at}/{escape(str(name))}", "required", "is required"))
+                # a required name that is not plain: the pointer stops at the object
+                found.append(Violation(pointer([*safe, name]) if is_safe(name) else at, "required", "is required"))
             continue
         found.append(Violation(at, keyword, _message(keyword)))
         if len(found) >= MAX_VIOLATIONS:

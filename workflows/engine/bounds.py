@@ -100,3 +100,24 @@ def prescan_text(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> None:
                 )
         elif ch in "]}":
             depth -= 1
+
+
+KEY_MAX_CHARS = 255
+
+
+def _unstorable(ch: str) -> bool:
+    """A control character (C0, DEL, C1), a line/paragraph separator or a lone surrogate."""
+    code = ord(ch)
+    return code < 0x20 or 0x7F <= code < 0xA0 or ch in "\u2028\u2029" or 0xD800 <= code < 0xE000
+
+
+def check_key(value: str | None, what: str = "idempotency key", *, pointer: str = "") -> None:
+    """An idempotency key (or a business key): 1 to 255 characters, not blank, and no control
+    character, line separator or lone surrogate. PostgreSQL stores no NUL (a text column
+    refuses it with an error that would surface as a retryable 503), and a key with a line
+    break cannot be sent back in a header; the refusal repeats no value."""
+    if value is None:
+        return
+    message = f"{what} must be 1 to {KEY_MAX_CHARS} printable characters"
+    if not isinstance(value, str) or not value.strip() or len(value) > KEY_MAX_CHARS or any(map(_unstorable, value)):
+        raise InvalidPayload(message, violations=[Violation(pointer=pointer, type="key", message=message)])

@@ -14,11 +14,11 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connection, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, DataError, OperationalError, connection, connections
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.types.json import Jsonb
 
-from workflows.exceptions import LockTimeout, PersistenceError
+from workflows.exceptions import InvalidPayload, LockTimeout, PersistenceError, Violation
 
 Params = Sequence[Any] | Mapping[str, Any]  # positional (%s) or named (%(name)s) parameters
 LOCK_NOT_AVAILABLE = "55P03"
@@ -445,11 +445,26 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError) and state != QUERY_CANCELED
 
 
+def is_bad_value(exc: BaseException) -> bool:
+    """A data exception (SQLSTATE class 22), or psycopg refusing a NUL character in text
+    before sending it (a DataError without a SQLSTATE)."""
+    state = sqlstate(exc)
+    return bool(state and state.startswith("22")) or (isinstance(exc, DataError | psycopg.DataError) and state is None)
+
+
 def map_database_error(exc: DatabaseError, operation: str) -> Exception:
     """A value-free workflow error for a database failure (never the driver's text)."""
     state = sqlstate(exc)
     if state in (LOCK_NOT_AVAILABLE, DEADLOCK):
         return LockTimeout(f"{operation}: the run is busy (lock timeout); retry the transaction")
+    if is_bad_value(exc):
+        # a value the database cannot store (a NUL character in text, a string too long for
+        # its column): the same request fails the same way again, so it is the caller's
+        # error (400), never a retryable 503 that clients would retry forever
+        message = "a value of the request cannot be stored (a NUL character or an over-long text)"
+        return InvalidPayload(
+            f"{operation}: {message}", violations=[Violation(pointer="", type="encoding", message=message)]
+        )
     return PersistenceError(f"{operation}: database failure ({type(exc).__name__}, sqlstate {state or 'unknown'})")
 
 

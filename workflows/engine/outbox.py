@@ -14,16 +14,14 @@ import logging
 import os
 import threading
 import time
-import urllib.request
 import uuid
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.core.mail import send_mail
 from django.db import connection, transaction
 
-from workflows.engine import db, faults, wakeups
+from workflows.engine import db, faults, mail, wakeups, webhooks
 from workflows.engine.actors import Actor
 from workflows.engine.drive import Drive
 
@@ -465,13 +463,21 @@ def deliver_claimed(intent: dict[str, Any]) -> str:
         faults.point("outbox_delivery")  # the receiver has it; the intent is not DELIVERED yet
     except Exception as exc:  # noqa: BLE001 - any failure of a receiver is retried, then dead
         log.warning("outbox delivery failed for intent %s (%s)", intent_id, type(exc).__name__)
-        dead = intent["attempts"] >= MAX_DELIVERY_ATTEMPTS
+        # a refusal that every attempt would repeat (a message that cannot be built, a target
+        # the network policy refuses) is dead at once, with its value-free reason
+        permanent = isinstance(exc, mail.Unsendable | webhooks.UndeliverableTarget)
+        dead = permanent or intent["attempts"] >= MAX_DELIVERY_ATTEMPTS
+        error = (
+            f"DELIVERY_REFUSED: {getattr(exc, 'reason', 'refused')}"
+            if permanent
+            else f"DELIVERY_FAILED: attempt {intent['attempts']} failed ({type(exc).__name__})"
+        )
         db.execute(
             "UPDATE workflow_outbox SET status = %s, token = NULL, lease_until = NULL, last_error = %s, "
             "available_at = now() + make_interval(secs => %s) WHERE id = %s AND token = %s",
             [
                 "DEAD" if dead else "PENDING",
-                f"DELIVERY_FAILED: attempt {intent['attempts']} failed ({type(exc).__name__})",
+                error,
                 min(2 ** intent["attempts"], 300),
                 intent_id,
                 intent["token"],
@@ -540,10 +546,9 @@ def _webhook(url: str, intent: dict[str, Any]) -> None:
     signature = hmac.new(conf.webhook_signing_key(), body, hashlib.sha256).hexdigest()
     headers = {"Content-Type": "application/json", "x-switchyard-signature": f"sha256={signature}"}
     headers.update({k: v for k, v in (intent["headers"] or {}).items()})
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310
-    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
-        if response.status >= 300:
-            raise RuntimeError("webhook answered an error status")
+    # a vetted public address (or an allowed network), no redirect followed: see webhooks.py
+    if webhooks.post(url, body, headers, timeout=10) >= 300:
+        raise RuntimeError("webhook answered an error status")
 
 
 def _notify(intent: dict[str, Any]) -> None:
@@ -561,12 +566,17 @@ def _notify(intent: dict[str, Any]) -> None:
     else:
         users = users.filter(groups__name=task["assignment_value"])
     recipients = sorted({u.email for u in users if u.email})
+    # an address the mail backend would refuse (stored without the form's validation) is
+    # skipped, so one bad account neither fails the notice nor keeps the others from it
+    recipients = [r for r in recipients if mail.valid_address(r)]
     if not recipients:
         return
     link = f"{getattr(settings, 'SITE_URL', '').rstrip('/')}/tasks/{task['id']}/"
     reason = (intent["payload"] or {}).get("reason", "opened")
-    subject = ("Reminder: " if reason == "reminder" else "New task: ") + task["title"]
-    send_mail(subject[:998], f"{task['title']}\n\nOpen the task: {link}\n", settings.DEFAULT_FROM_EMAIL, recipients)
+    # the title is rendered from state: a line break in it is folded into the one-line subject
+    subject = ("Reminder: " if reason == "reminder" else "New task: ") + mail.fold(task["title"])
+    body = f"{task['title']}\n\nOpen the task: {link}\n".replace("\x00", "")
+    mail.build(subject, body, recipients).send(fail_silently=False)
 
 
 def due_intents(limit: int = 100) -> list[int]:

@@ -8,6 +8,7 @@ A refusal before the claim writes nothing.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -48,11 +49,14 @@ class Recorded:
 
 
 def _check_key(key: str | None, what: str) -> None:
-    if key is not None and (len(key) > 255 or not key.strip()):
-        raise InvalidPayload(
-            f"{what} must be 1 to 255 characters",
-            violations=[Violation(pointer="", type="size", message=f"{what} must be 1 to 255 characters")],
-        )
+    bounds.check_key(key, what)
+
+
+def _caller(actor: Actor) -> str:
+    """The part of a dedup scope that names the caller: a key is one caller's, so another
+    caller sending the same key records a command of its own and never reads the first
+    caller's result. A digest keeps the scope column's width whatever the actor's id."""
+    return hashlib.sha256(f"{actor.kind}\x1f{actor.id}".encode()).hexdigest()[:32]
 
 
 def _dedup_find(kind: str, scope: str, key: str) -> dict[str, Any] | None:
@@ -115,15 +119,15 @@ def start(
 
     start_scope = scope or "default"
     _check_key(idempotency_key, "idempotency key")
-    if business_key and len(business_key) > 255:
+    if business_key and (len(business_key) > 255 or "\x00" in business_key):
         raise InvalidPayload(
-            "business key must be at most 255 characters",
-            violations=[Violation(pointer="/business_key", type="size", message="at most 255 characters")],
+            "business key must be at most 255 characters without NUL",
+            violations=[Violation(pointer="/business_key", type="size", message="at most 255 characters, no NUL")],
         )
     # the bounds walk iteratively before anything encodes the payload (the fingerprint recurses)
     bounds.check_payload(payload)
     fp = commands.fingerprint({"definition_id": definition_id, "payload": payload, "business_key": business_key})
-    dedup_scope = f"{start_scope}\x1f{definition_id}"
+    dedup_scope = f"{start_scope}\x1f{definition_id}\x1f{_caller(actor)}"
     if idempotency_key:
         found = _dedup_find("START", dedup_scope, idempotency_key)
         if found is not None:
@@ -235,7 +239,7 @@ def signal(
         )
     bounds.check_payload(payload, what=f"payload of signal {named(name)} for run {run_id}")  # before any encoding
     fp = commands.fingerprint({"name": name, "payload": payload})
-    dedup_scope = f"{run_id}\x1f{branch or ''}"
+    dedup_scope = f"{run_id}\x1f{branch or ''}\x1f{_caller(actor)}"
     if idempotency_key:
         found = _dedup_find("SIGNAL", dedup_scope, idempotency_key)
         if found is not None:
@@ -328,8 +332,9 @@ def complete_task(
     _check_key(idempotency_key, "idempotency key")
     bounds.check_payload(payload if payload is not None else {})  # before any encoding
     fp = commands.fingerprint({"decision": decision, "payload": payload, "subject_version": subject_version})
+    dedup_scope = f"{task_id}\x1f{_caller(actor)}"
     if idempotency_key:
-        found = _dedup_find("COMPLETION", str(task_id), idempotency_key)
+        found = _dedup_find("COMPLETION", dedup_scope, idempotency_key)
         if found is not None:
             return _replay(found, fp, "COMPLETION")
     task = db.fetchdict(
@@ -349,7 +354,7 @@ def complete_task(
         [task_id],
     )
     if idempotency_key:
-        found = _dedup_find("COMPLETION", str(task_id), idempotency_key)
+        found = _dedup_find("COMPLETION", dedup_scope, idempotency_key)
         if found is not None:
             return _replay(found, fp, "COMPLETION")
     assert task is not None
@@ -367,7 +372,7 @@ def complete_task(
             "the decision is not offered by this task",
             violations=[Violation(pointer="/decision", type="decision", message="not offered by this task")],
         )
-    if idempotency_key and not _dedup_claim("COMPLETION", str(task_id), idempotency_key, fp, run["id"], None):
+    if idempotency_key and not _dedup_claim("COMPLETION", dedup_scope, idempotency_key, fp, run["id"], None):
         raise IdempotencyConflict("the idempotency key is being used concurrently")
     target = {
         "decision": decision,
@@ -399,7 +404,7 @@ def complete_task(
     if idempotency_key:
         db.execute(
             "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'COMPLETION' AND scope = %s AND key = %s",
-            [cmd["id"], str(task_id), idempotency_key],
+            [cmd["id"], dedup_scope, idempotency_key],
         )
     wakeups.wake(run["id"])
     return Recorded(str(run["id"]), cmd["id"], "COMPLETION", "PENDING", cmd["seq"])

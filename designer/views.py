@@ -196,7 +196,8 @@ def check(request: HttpRequest) -> HttpResponse:
     (then 429 with Retry-After), a document over the size limit is refused unread, compiling
     stops after a few seconds, and the answer lists at most 50 problems and draws at most
     MAX_GRAPH_STEPS steps."""
-    refusal = services.take_check(request.user.pk)
+    # staff_required: a signed-in user, so a primary key
+    refusal = services.take_check(int(request.user.pk or 0))
     if refusal is not None:
         response = render(
             request,

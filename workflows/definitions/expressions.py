@@ -67,6 +67,10 @@ CLOCK_EVERY_STEPS = 32
 # Characters of strings, bytes of byte strings, elements of lists and maps that one evaluation may
 # produce (concatenations, conversions, the plain result): 4x the largest payload.
 MAX_EVALUATION_SIZE = 1_048_576
+# CPU time all evaluations of one segment may use together (see evaluation_allowance): a plan
+# looping through expression steps would otherwise spend MAX_STEPS_PER_SEGMENT x 50 ms, past
+# the lease, and be claimed again and again instead of failing.
+MAX_SEGMENT_EVALUATION_CPU_MS = 5000
 MAX_PARSED_TEXT = 128  # duration(), timestamp() and timezone texts
 MAX_PATTERN_LENGTH = 1024  # matches() patterns
 MAX_PATTERN_MEMORY = 1 << 20  # RE2's budget for one compiled pattern
@@ -110,13 +114,23 @@ class _Meter:
     """The budgets of one evaluation, shared by the evaluator, its macro sub-evaluators and the
     functions it calls (through :data:`_METER`)."""
 
-    __slots__ = ("cpu_deadline", "size", "steps", "wall_deadline")
+    __slots__ = ("allowance", "cpu_deadline", "cpu_started", "size", "steps", "wall_deadline")
 
     def __init__(self) -> None:
         self.steps = MAX_EVALUATION_STEPS
         self.size = MAX_EVALUATION_SIZE
-        self.cpu_deadline = time.thread_time() + MAX_EVALUATION_CPU_MS / 1000
+        self.cpu_started = time.thread_time()
+        self.allowance = _ALLOWANCE.get()
+        cpu = MAX_EVALUATION_CPU_MS / 1000
+        if self.allowance is not None:
+            cpu = min(cpu, self.allowance[0])
+        self.cpu_deadline = self.cpu_started + cpu
         self.wall_deadline = time.monotonic() + MAX_EVALUATION_WALL_MS / 1000
+
+    def close(self) -> None:
+        """Charge the CPU this evaluation used to the segment's allowance."""
+        if self.allowance is not None:
+            self.allowance[0] -= time.thread_time() - self.cpu_started
 
     def step(self) -> None:
         self.steps -= 1
@@ -137,6 +151,22 @@ class _Meter:
 
 
 _METER: contextvars.ContextVar[_Meter | None] = contextvars.ContextVar("cel_meter", default=None)
+# the CPU seconds left to the evaluations of the current segment (a one-item list, shared)
+_ALLOWANCE: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("cel_allowance", default=None)
+
+
+@contextlib.contextmanager
+def evaluation_allowance(cpu_seconds: float | None = None) -> Iterator[None]:
+    """Every evaluation inside shares ``cpu_seconds`` of CPU (default
+    MAX_SEGMENT_EVALUATION_CPU_MS): once it is spent, each further evaluation fails at once with
+    "evaluation budget exceeded (time)". The engine opens one per segment, so a segment cannot
+    spend more than that on expressions whatever its plan loops through."""
+    seconds = MAX_SEGMENT_EVALUATION_CPU_MS / 1000 if cpu_seconds is None else cpu_seconds
+    token = _ALLOWANCE.set([seconds])
+    try:
+        yield
+    finally:
+        _ALLOWANCE.reset(token)
 
 
 class _BoundedEvaluator(Evaluator):
@@ -446,6 +476,7 @@ class CelComputation:
             raise ExpressionFailed("expression failed: evaluation budget exceeded (size)") from None
         finally:
             _METER.reset(token)
+            meter.close()
 
 
 def _numeric(value: Any) -> int | float | None:

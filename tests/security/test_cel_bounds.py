@@ -135,3 +135,11 @@ def test_template_placeholders_are_found_in_linear_time():
     assert parts == [] and time.thread_time() - started < 0.5
     template = compile_template("Order {{ state.n }} {{x", ["state"])
     assert template.evaluate({"state": {"n": 7}}) == "Order 7 {{x"
+
+
+def test_a_spent_segment_allowance_fails_even_a_tiny_expression():
+    comp = compile_expression("1 + 1", [])
+    with expressions.evaluation_allowance(0), pytest.raises(ExpressionFailed) as caught:
+        comp.evaluate({})
+    assert caught.value.message == "expression failed: evaluation budget exceeded (time)"
+    assert comp.evaluate({}) == 2  # outside a segment: no shared allowance

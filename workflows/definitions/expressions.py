@@ -463,6 +463,7 @@ class CelComputation:
         evaluator = _BoundedEvaluator(self.ast, self.runner.new_activation(), meter)
         token = _METER.set(meter)
         try:
+            meter.clock()  # a spent segment allowance fails before the first node
             return from_cel(evaluator.evaluate(context), 0, meter)
         except _BudgetExceeded as exceeded:
             raise ExpressionFailed(f"expression failed: evaluation budget exceeded ({exceeded.kind})") from None

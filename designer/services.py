@@ -29,9 +29,10 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import yaml
+from django.db import connection
 from django.urls import NoReverseMatch, reverse
 
-from workflows import definitions, queries
+from workflows import conf, definitions, queries
 from workflows.definitions import expressions
 from workflows.definitions.documents import Document, parse
 from workflows.definitions.plan import Plan
@@ -126,6 +127,83 @@ def check(text: str) -> Check:
     return Check(plan=plan)
 
 
+# --- the live check's bounds ---------------------------------------------------------------------
+#
+# The live check compiles the whole document on every pause in typing. A maximum-size document
+# (256 KiB, ~1,700 steps with a CEL expression each) took 11.7 s and answered 1.4 MB (most of it
+# the graph, whose layout is superlinear in the steps). Bounded now: the text's size before any
+# parsing (MAX_DOCUMENT_SIZE_BYTES), the CEL compile time, the problems listed, the steps drawn,
+# and the number of checks per user and minute (see take_check).
+
+LIVE_CHECK_SECONDS = 2.0
+LIVE_MAX_PROBLEMS = 50
+MAX_GRAPH_STEPS = 150
+TOO_SLOW = "the document took longer than {seconds:g} s to check here; deploy or validate it to check it whole"
+
+
+def live_check(text: str) -> Check:
+    """:func:`check` with the live bounds: a text over the document size limit is refused before
+    it is read, compiling stops after LIVE_CHECK_SECONDS of CEL parsing, and at most
+    LIVE_MAX_PROBLEMS problems are listed (the last line says how many more there are)."""
+    limit = conf.get().DEFINITIONS.MAX_DOCUMENT_SIZE_BYTES
+    if len(text) > limit or len(text.encode("utf-8", "surrogatepass")) > limit:
+        return Check(plan=None, problems=[Problem("", "maxLength", f"the document is larger than {limit} bytes", None)])
+    found: Check | None = None
+    try:
+        with expressions.compile_time_limit(LIVE_CHECK_SECONDS) as deadline:
+            found = check(text)
+    except expressions.CompileTimeExceeded:
+        deadline.expired = True
+    if deadline.expired or found is None:
+        return Check(plan=None, problems=[Problem("", "timeout", TOO_SLOW.format(seconds=LIVE_CHECK_SECONDS), None)])
+    if len(found.problems) > LIVE_MAX_PROBLEMS:
+        more = len(found.problems) - LIVE_MAX_PROBLEMS
+        found.problems = [
+            *found.problems[:LIVE_MAX_PROBLEMS],
+            Problem("", "more", f"and {more} more problems (fix these first)", None),
+        ]
+    return found
+
+
+def drawable(plan: Plan) -> bool:
+    """Whether the designer draws the plan's graph (its layout grows faster than the steps)."""
+    return len(plan.steps) <= MAX_GRAPH_STEPS
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A refused live check: try again after ``retry_after`` seconds."""
+
+    retry_after: int
+
+
+def take_check(user_id: int) -> Refusal | None:
+    """Count one live check against the user's allowance of LIVE_CHECKS_PER_MINUTE (a fixed
+    one-minute window in the database, so every web process shares it); None when allowed.
+
+    One upsert: a window older than a minute restarts at one use; the row lock it takes
+    serialises a user's concurrent checks, so two processes cannot both take the last use."""
+    allowed = conf.get().DEFINITIONS.LIVE_CHECKS_PER_MINUTE
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO designer_checkallowance AS a (user_id, window_start, used)
+            VALUES (%s, now(), 1)
+            ON CONFLICT (user_id) DO UPDATE SET
+                window_start = CASE WHEN a.window_start <= now() - interval '1 minute'
+                                    THEN now() ELSE a.window_start END,
+                used = CASE WHEN a.window_start <= now() - interval '1 minute'
+                            THEN 1 ELSE a.used + 1 END
+            RETURNING used, ceil(extract(epoch FROM a.window_start + interval '1 minute' - now()))
+            """,
+            [user_id],
+        )
+        used, remaining = cursor.fetchone()
+    if used <= allowed:
+        return None
+    return Refusal(retry_after=max(1, int(remaining or 1)))
+
+
 def graph_svg(plan: Plan, *, marks: Mapping[str, str] | None = None, title: str | None = None) -> str:
     """The plan's picture (``workflows.views.graph``), optionally with steps marked for a diff:
     ``marks`` maps a step id to ``added`` or ``changed``; marked nodes get a ``dsg-<mark>`` class
@@ -169,25 +247,107 @@ def check_expression(source: str, *, variables: str, template: bool = False) -> 
 
 # --- minting -----------------------------------------------------------------------------------
 
-_YAML_VERSION = re.compile(r"^definitionVersion[ \t]*:[^#\r\n]*?([ \t]*(?:#[^\r\n]*)?)(?=\r?\n|\Z)", re.MULTILINE)
-_JSON_VERSION = re.compile(r'("definitionVersion"\s*:\s*)(-?[0-9.eE+-]+|"[^"]*"|null|true|false)')
-_YAML_ID = re.compile(r"^definitionId[ \t]*:.*$", re.MULTILINE)
+MAX_VERSION_EDITS = 4  # JSON keys tried on the version's line before the document is rewritten
 
 
 def set_version(text: str, version: int) -> str:
     """``text`` with its ``definitionVersion`` set to ``version``, changing only that line
     (a missing field is added after ``definitionId``). Falls back to rewriting the document
-    when the field is written in a way a line edit cannot reach."""
-    if _YAML_VERSION.search(text):
-        return _YAML_VERSION.sub(lambda m: f"definitionVersion: {version}{m.group(1)}", text, count=1)
-    if _JSON_VERSION.search(text):
-        return _JSON_VERSION.sub(lambda m: f"{m.group(1)}{version}", text, count=1)
-    if _YAML_ID.search(text):
-        return _YAML_ID.sub(lambda m: f"{m.group(0)}\ndefinitionVersion: {version}", text, count=1)
+    when the field is written in a way a line edit cannot reach.
+
+    The line comes from the parser's line map, not from a search of the text: a search matched
+    ``definitionVersion`` inside a string or a block scalar (and rewrote that line instead), and
+    its regular expression backtracked quadratically on a long line (33 s for 20,000 spaces).
+    Every edit is a hand scan of one line, and is kept only when the edited text reads back as
+    the same document with the new version; anything else is dumped whole."""
     document = parse(text, "yaml")
-    data = dict(document.data)
-    data["definitionVersion"] = version
-    return dump(data)
+    expected = {**document.data, "definitionVersion": version}
+    lines = text.splitlines(keepends=True)
+    for candidate in _version_edits(document, lines, version):
+        try:
+            if parse(candidate, "yaml").data == expected:
+                return candidate
+        except DefinitionError:
+            continue
+    return dump(expected)
+
+
+def _version_edits(document: Document, lines: list[str], version: int) -> Iterable[str]:
+    """Candidate texts, each a one-line edit (checked by the caller)."""
+    at = document.lines.get("/definitionVersion")
+    if at is not None and 0 < at <= len(lines):
+        line = lines[at - 1]
+        body = line.rstrip("\r\n")
+        ending = line[len(body) :]
+        block = _block_value(body, "definitionVersion")
+        if block is not None:
+            comment = _trailing_comment(block)
+            yield _replace_line(lines, at - 1, f"definitionVersion: {version}{comment}{ending}")
+        for start, end in _json_values(body, "definitionVersion"):
+            yield _replace_line(lines, at - 1, f"{body[:start]}{version}{body[end:]}{ending}")
+        return
+    at = document.lines.get("/definitionId")
+    if at is not None and 0 < at <= len(lines) and _block_value(lines[at - 1].rstrip("\r\n"), "definitionId"):
+        line = lines[at - 1]
+        ending = line[len(line.rstrip("\r\n")) :]
+        newline = ending or ("\r\n" if "\r\n" in "".join(lines[:at]) else "\n")
+        edited = list(lines)
+        edited[at - 1] = line.rstrip("\r\n") + newline
+        edited.insert(at, f"definitionVersion: {version}{ending}")
+        yield "".join(edited)
+
+
+def _replace_line(lines: list[str], index: int, line: str) -> str:
+    return "".join([*lines[:index], line, *lines[index + 1 :]])
+
+
+def _block_value(body: str, key: str) -> str | None:
+    """What follows ``key:`` on a top-level block-mapping line, or None for another line."""
+    if not body.startswith(key):
+        return None
+    rest = body[len(key) :].lstrip(" \t")
+    return rest[1:] if rest.startswith(":") else None
+
+
+def _trailing_comment(value: str) -> str:
+    """The `` # comment`` ending a plain scalar's line, with its leading blanks (or "")."""
+    for index, char in enumerate(value):
+        if char == "#" and index > 0 and value[index - 1] in " \t":
+            start = index
+            while start > 0 and value[start - 1] in " \t":
+                start -= 1
+            return value[start:]
+    return ""
+
+
+def _json_values(body: str, key: str) -> Iterable[tuple[int, int]]:
+    """Spans of the value after each ``"key" :`` on the line (a number, a string, a literal)."""
+    quoted = f'"{key}"'
+    position = 0
+    for _ in range(MAX_VERSION_EDITS):
+        found = body.find(quoted, position)
+        if found < 0:
+            return
+        position = found + len(quoted)
+        i = position
+        while i < len(body) and body[i] in " \t":
+            i += 1
+        if i >= len(body) or body[i] != ":":
+            continue
+        i += 1
+        while i < len(body) and body[i] in " \t":
+            i += 1
+        end = i
+        if end < len(body) and body[end] == '"':
+            closing = body.find('"', end + 1)
+            if closing < 0:
+                continue
+            end = closing + 1
+        else:
+            while end < len(body) and body[end] not in ",}] \t":
+                end += 1
+        if end > i:
+            yield i, end
 
 
 class _Dumper(yaml.SafeDumper):

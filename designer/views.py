@@ -96,8 +96,9 @@ def _editor(
     status: int = 200,
     deploy_problems: list[services.Problem] | None = None,
     deploy_error: str | None = None,
+    live: bool = False,
 ) -> HttpResponse:
-    result = services.check(text)
+    result = services.live_check(text) if live else services.check(text)
     if deploy_problems is not None:
         result.problems = deploy_problems
     context = {
@@ -127,11 +128,14 @@ def _check_context(result: services.Check, scope: str) -> dict[str, Any]:
             current = services.current_version(scope, plan.definition_id)
         except InvalidArgument:
             deploys_as = None
+    drawn = plan is not None and services.drawable(plan)
     return {
         "scope": scope,
         "result": result,
         "plan": plan,
-        "svg": services.graph_svg(plan) if plan is not None else None,
+        "svg": services.graph_svg(plan) if plan is not None and drawn else None,
+        "graph_too_large": plan is not None and not drawn,
+        "max_graph_steps": services.MAX_GRAPH_STEPS,
         "problem_lines": services.problems_for_lines(result.problems),
         "deploys_as": deploys_as,
         "current_version": current,
@@ -169,7 +173,23 @@ def edit(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse:
 @page_requires(Capability.VIEW_DEFINITIONS)
 @require_POST
 def check(request: HttpRequest) -> HttpResponse:
-    """The live check: the graph of the text (or its problems). A full page without htmx."""
+    """The live check: the graph of the text (or its problems). A full page without htmx.
+
+    Bounded (see ``services.live_check``): a user gets LIVE_CHECKS_PER_MINUTE checks a minute
+    (then 429 with Retry-After), a document over the size limit is refused unread, compiling
+    stops after a few seconds, and the answer lists at most 50 problems and draws at most
+    MAX_GRAPH_STEPS steps."""
+    # staff_required: a signed-in user, so a primary key
+    refusal = services.take_check(int(request.user.pk or 0))
+    if refusal is not None:
+        response = render(
+            request,
+            "designer/_check_refused.html",
+            {"retry_after": refusal.retry_after},
+            status=429,
+        )
+        response["Retry-After"] = str(refusal.retry_after)
+        return response
     form = DocumentForm(request.POST)
     if not form.is_valid():
         return render(request, "designer/_bad_input.html", {"form": form}, status=422)
@@ -182,10 +202,14 @@ def check(request: HttpRequest) -> HttpResponse:
             scope=scope,
             definition_id=definition_id,
             base_version=_version(request.POST.get("base_version")),
+            live=True,
         )
-    result = services.check(text)
+    result = services.live_check(text)
     context = _check_context(result, scope)
-    context["outline"] = services.outline(text)
+    outline = services.outline(text)
+    # the step picker's list is refreshed for documents people edit step by step; a bigger one
+    # keeps the list it has (the answer stays small)
+    context["outline"] = outline if outline is not None and len(outline.steps) <= services.MAX_GRAPH_STEPS else None
     return render(request, "designer/_check.html", context)
 
 

@@ -39,6 +39,8 @@ SPEC: dict[str, dict[str, tuple[Any, Any, type]]] = {
         "CACHE_MAX_ENTRIES": (500, 1, int),
         "CACHE_TTL_SECONDS": (0, 0, int),
         "PUBLICATION_CLAIM_TIMEOUT_SECONDS": (300, 1, int),
+        # the designer's live check (/designer/check/): compilations per user per minute
+        "LIVE_CHECKS_PER_MINUTE": (60, 1, int),
     },
     "CAPTURE": {
         "LEASE_SECONDS": (300, 3, int),

@@ -74,9 +74,10 @@
     if (node) openStepForm(node.getAttribute("data-step"));
   });
 
-  // A refused step form comes back as 422 with its errors: show it (htmx swaps only 2xx by default).
+  // A refused step form comes back as 422 with its errors, a rate-limited live check as 429 with
+  // when to try again: show them (htmx swaps only 2xx by default).
   document.addEventListener("htmx:beforeSwap", function (event) {
-    if (event.detail.xhr.status === 422) {
+    if (event.detail.xhr.status === 422 || event.detail.xhr.status === 429) {
       event.detail.shouldSwap = true;
       event.detail.isError = false;
     }

@@ -61,14 +61,19 @@ def test_evaluation_is_bounded():
     assert time.monotonic() - started < 10
 
 
-def test_the_budget_counts_every_node_visited():
-    """20,000 nodes: a map over 1,000 items (about 14 nodes each) fits, a filter over 2,000 does not."""
+def test_the_budget_counts_every_node_visited(monkeypatch: pytest.MonkeyPatch):
+    """20,000 nodes: a map over 1,000 items (about 14 nodes each) fits, a filter over 2,000 does not.
+
+    The CPU-time bound (50 ms) is lifted here: cel-python needs ~150 ms for 20,000 nodes, and
+    this test is about the step count (tests/security/test_cel_bounds.py covers the clock)."""
+    monkeypatch.setattr(expressions, "MAX_EVALUATION_CPU_MS", 60_000)
+    monkeypatch.setattr(expressions, "MAX_EVALUATION_WALL_MS", 60_000)
     mapped = compile_expression("state.l.map(x, x * 2).size()", ["state"])
     assert mapped.evaluate({"state": {"l": list(range(1000))}}) == 1000
     filtered = compile_expression("state.l.filter(x, x > 5).size()", ["state"])
     with pytest.raises(ExpressionFailed) as caught:
         filtered.evaluate({"state": {"l": list(range(2000))}})
-    assert "budget" in caught.value.message
+    assert "budget exceeded (steps)" in caught.value.message
 
 
 def test_evaluation_failures_do_not_repeat_values():

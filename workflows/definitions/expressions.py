@@ -9,9 +9,19 @@ plan is compiled, and evaluated many times:
   (``map``, ``filter``, ``all``, ``exists``, ``exists_one``) nested at most
   :data:`MAX_COMPREHENSION_NESTING` deep, and free variables only from the names the field
   declares (``state``, ``payload`` ...).
-- **Evaluation bound**: every evaluation visits at most :data:`MAX_EVALUATION_STEPS` AST
-  nodes, so a comprehension over a large list fails with ``EXPRESSION_FAILED`` instead of
-  holding a worker.
+- **Evaluation bounds**: every evaluation visits at most :data:`MAX_EVALUATION_STEPS` AST
+  nodes, uses at most :data:`MAX_EVALUATION_CPU_MS` of its thread's CPU time (and
+  :data:`MAX_EVALUATION_WALL_MS` of wall clock, a backstop), and produces at most
+  :data:`MAX_EVALUATION_SIZE` characters, bytes or elements (concatenations, conversions, the
+  result handed back). The clock is checked cooperatively, every few nodes and in every
+  function call, so one evaluation can never hold a worker; every function left that does real
+  work on a value is linear in its input (below). Going over any bound fails with
+  ``EXPRESSION_FAILED`` and the fixed reason "evaluation budget exceeded (steps|time|size)".
+- **Linear-time built-ins**: cel-python parses ``duration()`` with a backtracking regular
+  expression (``"a" * 28 + "!"`` held a worker for ~30 s) and ``timestamp()`` with pendulum's
+  many formats; both are replaced here by hand parsers over a bounded text. ``matches()`` uses
+  RE2 (linear in the text) with a bounded pattern, a memory cap and a compile cache; timezone
+  arguments of the ``get*`` accessors are bounded before the lookup.
 - **Plain values out**: :meth:`CelComputation.evaluate` returns dict / list / str / int /
   float / bool / None. Timestamps come back as RFC 3339 strings in UTC (``...Z``), durations
   as a number of seconds, bytes as base64 text.
@@ -24,16 +34,22 @@ reason.
 from __future__ import annotations
 
 import base64
+import contextlib
+import contextvars
 import datetime as dt
+import functools
+import math
 import operator
 import re
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 import celpy
 import lark
+import re2
 from celpy import celtypes
 from celpy.evaluation import CELEvalError, CELUnsupportedError, Evaluator
 
@@ -43,6 +59,21 @@ MAX_EXPRESSION_BYTES = 4096
 MAX_AST_DEPTH = 200
 MAX_COMPREHENSION_NESTING = 2
 MAX_EVALUATION_STEPS = 20_000
+# CPU time of the evaluating thread (other threads of a worker do not count against it) and a
+# wall-clock backstop; both checked every CLOCK_EVERY_STEPS nodes and in every function call.
+MAX_EVALUATION_CPU_MS = 50
+MAX_EVALUATION_WALL_MS = 1000
+CLOCK_EVERY_STEPS = 32
+# Characters of strings, bytes of byte strings, elements of lists and maps that one evaluation may
+# produce (concatenations, conversions, the plain result): 4x the largest payload.
+MAX_EVALUATION_SIZE = 1_048_576
+# CPU time all evaluations of one segment may use together (see evaluation_allowance): a plan
+# looping through expression steps would otherwise spend MAX_STEPS_PER_SEGMENT x 50 ms, past
+# the lease, and be claimed again and again instead of failing.
+MAX_SEGMENT_EVALUATION_CPU_MS = 5000
+MAX_PARSED_TEXT = 128  # duration(), timestamp() and timezone texts
+MAX_PATTERN_LENGTH = 1024  # matches() patterns
+MAX_PATTERN_MEMORY = 1 << 20  # RE2's budget for one compiled pattern
 MAX_VALUE_DEPTH = 128
 
 COMPREHENSIONS = frozenset({"map", "filter", "all", "exists", "exists_one"})
@@ -52,7 +83,6 @@ BUILTIN_IDENTIFIERS = frozenset(
 )
 
 _ENVIRONMENT = celpy.Environment()
-_TEMPLATE_PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -70,26 +100,90 @@ class ExpressionCompileError(Exception):
 
 
 class _BudgetExceeded(Exception):
-    pass
+    """One evaluation went over a bound: ``kind`` is ``steps``, ``time`` or ``size``.
+
+    Deliberately not a ValueError / TypeError: celpy turns those into CEL error values (which
+    ``||`` and ``&&`` may swallow); this one must end the evaluation wherever it is raised."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+class _Meter:
+    """The budgets of one evaluation, shared by the evaluator, its macro sub-evaluators and the
+    functions it calls (through :data:`_METER`)."""
+
+    __slots__ = ("allowance", "cpu_deadline", "cpu_started", "size", "steps", "wall_deadline")
+
+    def __init__(self) -> None:
+        self.steps = MAX_EVALUATION_STEPS
+        self.size = MAX_EVALUATION_SIZE
+        self.cpu_started = time.thread_time()
+        self.allowance = _ALLOWANCE.get()
+        cpu = MAX_EVALUATION_CPU_MS / 1000
+        if self.allowance is not None:
+            cpu = min(cpu, self.allowance[0])
+        self.cpu_deadline = self.cpu_started + cpu
+        self.wall_deadline = time.monotonic() + MAX_EVALUATION_WALL_MS / 1000
+
+    def close(self) -> None:
+        """Charge the CPU this evaluation used to the segment's allowance."""
+        if self.allowance is not None:
+            self.allowance[0] -= time.thread_time() - self.cpu_started
+
+    def step(self) -> None:
+        self.steps -= 1
+        if self.steps < 0:
+            raise _BudgetExceeded("steps")
+        if self.steps % CLOCK_EVERY_STEPS == 0:
+            self.clock()
+
+    def clock(self) -> None:
+        # thread_time costs a system call (~2 us): callers check it every few nodes, not each
+        if time.thread_time() > self.cpu_deadline or time.monotonic() > self.wall_deadline:
+            raise _BudgetExceeded("time")
+
+    def charge(self, amount: int) -> None:
+        self.size -= amount
+        if self.size < 0:
+            raise _BudgetExceeded("size")
+
+
+_METER: contextvars.ContextVar[_Meter | None] = contextvars.ContextVar("cel_meter", default=None)
+# the CPU seconds left to the evaluations of the current segment (a one-item list, shared)
+_ALLOWANCE: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("cel_allowance", default=None)
+
+
+@contextlib.contextmanager
+def evaluation_allowance(cpu_seconds: float | None = None) -> Iterator[None]:
+    """Every evaluation inside shares ``cpu_seconds`` of CPU (default
+    MAX_SEGMENT_EVALUATION_CPU_MS): once it is spent, each further evaluation fails at once with
+    "evaluation budget exceeded (time)". The engine opens one per segment, so a segment cannot
+    spend more than that on expressions whatever its plan loops through."""
+    seconds = MAX_SEGMENT_EVALUATION_CPU_MS / 1000 if cpu_seconds is None else cpu_seconds
+    token = _ALLOWANCE.set([seconds])
+    try:
+        yield
+    finally:
+        _ALLOWANCE.reset(token)
 
 
 class _BoundedEvaluator(Evaluator):
-    """celpy's tree interpreter with a shared step budget across macro sub-evaluators."""
+    """celpy's tree interpreter with one :class:`_Meter` shared across macro sub-evaluators."""
 
-    def __init__(self, ast: lark.Tree, activation: Any, budget: list[int]) -> None:
+    def __init__(self, ast: lark.Tree, activation: Any, meter: _Meter) -> None:
         super().__init__(ast, activation)
-        self._budget = budget
+        self._meter = meter
 
     def _visit_tree(self, tree: lark.Tree) -> Any:
         # lark's ``visit`` and ``visit_children`` both come here: every node visited is counted
         # (counting ``visit`` alone missed the children, ~14 visits per counted step).
-        self._budget[0] -= 1
-        if self._budget[0] < 0:
-            raise _BudgetExceeded
+        self._meter.step()
         return super()._visit_tree(tree)
 
     def sub_evaluator(self, ast: lark.Tree) -> Evaluator:
-        return _BoundedEvaluator(ast, activation=self.activation, budget=self._budget)
+        return _BoundedEvaluator(ast, activation=self.activation, meter=self._meter)
 
 
 # --- compile ---------------------------------------------------------------------------------
@@ -151,8 +245,42 @@ def analyse(tree: lark.Tree) -> tuple[int, int, set[str]]:
     return max_depth, max_nesting, idents - bound - BUILTIN_IDENTIFIERS
 
 
+class CompileTimeExceeded(Exception):
+    """A :func:`compile_time_limit` ran out: the caller stops compiling (value-free)."""
+
+
+@dataclass
+class CompileDeadline:
+    at: float
+    expired: bool = False
+
+
+_COMPILE_DEADLINE: contextvars.ContextVar[CompileDeadline | None] = contextvars.ContextVar(
+    "cel_compile_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def compile_time_limit(seconds: float) -> Iterator[CompileDeadline]:
+    """Expressions compiled inside raise :class:`CompileTimeExceeded` once ``seconds`` of wall
+    clock have passed (and the yielded deadline says ``expired``: a compiler that turns the
+    exception into its own error still lets the caller know). Parsing CEL is most of a
+    document's compile time (a few ms each), so an interactive caller (the designer's live
+    check) bounds a document with thousands of them."""
+    deadline = CompileDeadline(time.monotonic() + seconds)
+    token = _COMPILE_DEADLINE.set(deadline)
+    try:
+        yield deadline
+    finally:
+        _COMPILE_DEADLINE.reset(token)
+
+
 def compile_ast(source: Any, variables: Iterable[str]) -> lark.Tree:
     """Parse and check one expression; raises :class:`ExpressionCompileError`."""
+    deadline = _COMPILE_DEADLINE.get()
+    if deadline is not None and time.monotonic() > deadline.at:
+        deadline.expired = True
+        raise CompileTimeExceeded
     if not isinstance(source, str) or not source.strip():
         raise ExpressionCompileError(CompileProblem("type", "expression must be a non-empty string"))
     if len(source.encode("utf-8", "surrogatepass")) > MAX_EXPRESSION_BYTES:
@@ -182,21 +310,51 @@ def compile_ast(source: Any, variables: Iterable[str]) -> lark.Tree:
 # --- values in and out -----------------------------------------------------------------------
 
 
+_INT64 = range(-(2**63), 2**63)
+
+
+def _cel_int(value: int) -> Any:
+    """A CEL int without ``IntType``'s per-call decorator (15 us each: converting a payload of
+    50,000 small numbers took 0.8 s of CPU before any expression ran)."""
+    if value in _INT64:
+        return int.__new__(celtypes.IntType, value)
+    return celtypes.IntType(value)  # out of range: celpy's own overflow error
+
+
 def to_cel(value: Any, _depth: int = 0) -> Any:
-    """A JSON-like Python value as celpy values (Decimal and datetime accepted)."""
+    """A JSON-like Python value as celpy values (Decimal and datetime accepted).
+
+    The common JSON types are built with their base type's constructor: celpy's own
+    constructors do type dispatch in Python for every value, and a 256 KiB state is converted
+    for every expression evaluated over it (5,000 small objects took 130 ms, now ~30 ms)."""
     if _depth > MAX_VALUE_DEPTH:
         raise ExpressionFailed("expression input is nested too deeply", code="EXPRESSION_FAILED")
+    kind = type(value)
+    if kind is str:
+        return str.__new__(celtypes.StringType, value)
+    if kind is dict:
+        converted = celtypes.MapType()
+        dict.update(converted, ((_cel_key(k), to_cel(v, _depth + 1)) for k, v in value.items()))
+        return converted
+    if kind is list:
+        return celtypes.ListType([to_cel(v, _depth + 1) for v in value])
+    if kind is bool:
+        return int.__new__(celtypes.BoolType, value)
+    if kind is int:
+        return _cel_int(value)
+    if kind is float:
+        return float.__new__(celtypes.DoubleType, value)
     if value is None:
         return None
     if isinstance(value, bool):
         return celtypes.BoolType(value)
     if isinstance(value, int):
-        return celtypes.IntType(value)
+        return _cel_int(value)
     if isinstance(value, float):
         return celtypes.DoubleType(value)
     if isinstance(value, Decimal):
         if value == value.to_integral_value():
-            return celtypes.IntType(int(value))
+            return _cel_int(int(value))
         return celtypes.DoubleType(float(value))
     if isinstance(value, str):
         return celtypes.StringType(value)
@@ -214,10 +372,20 @@ def to_cel(value: Any, _depth: int = 0) -> Any:
     raise ExpressionFailed("expression input is not a JSON value", code="EXPRESSION_FAILED")
 
 
-def from_cel(value: Any, _depth: int = 0) -> Any:
-    """A celpy result as plain Python: dict / list / str / int / float / bool / None."""
+def _cel_key(key: Any) -> Any:
+    return str.__new__(celtypes.StringType, key if type(key) is str else str(key))
+
+
+def from_cel(value: Any, _depth: int = 0, _meter: _Meter | None = None) -> Any:
+    """A celpy result as plain Python: dict / list / str / int / float / bool / None.
+
+    With a meter, every element and every character produced is charged to its size budget: a
+    result may hold the same large value many times over by reference (``xs.map(x, state)``), and
+    the plain copy must not multiply it."""
     if _depth > MAX_VALUE_DEPTH:
         raise ExpressionFailed("expression result is nested too deeply")
+    if _meter is not None:
+        _meter.charge(len(value) + 1 if isinstance(value, str | bytes | list | tuple | Mapping) else 1)
     if value is None or isinstance(value, celtypes.NullType):
         return None
     if isinstance(value, CELEvalError):
@@ -238,10 +406,10 @@ def from_cel(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, float):
         return float(value)
     if isinstance(value, Mapping):
-        return {str(from_cel(k, _depth + 1)): from_cel(v, _depth + 1) for k, v in value.items()}
+        return {str(from_cel(k, _depth + 1, _meter)): from_cel(v, _depth + 1, _meter) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [from_cel(v, _depth + 1) for v in value]
-    if isinstance(value, celtypes.TypeType | type):
+        return [from_cel(v, _depth + 1, _meter) for v in value]
+    if isinstance(value, celtypes.TypeType | type) or hasattr(value, "_cel_type"):
         return getattr(value, "__name__", "type")
     raise ExpressionFailed("expression result is not a JSON value")
 
@@ -289,18 +457,27 @@ class CelComputation:
             if found is not _MISS:
                 return found
         context = {name: to_cel(variables.get(name)) for name in self.variables if name in variables}
-        evaluator = _BoundedEvaluator(self.ast, self.runner.new_activation(), [MAX_EVALUATION_STEPS])
+        # The bounds start after the inputs are converted: their size is the payload bounds'
+        # business, and a large legitimate state must not eat the expression's own budget.
+        meter = _Meter()
+        evaluator = _BoundedEvaluator(self.ast, self.runner.new_activation(), meter)
+        token = _METER.set(meter)
         try:
-            result = evaluator.evaluate(context)
-        except _BudgetExceeded:
-            raise ExpressionFailed("expression failed: evaluation budget exceeded") from None
+            meter.clock()  # a spent segment allowance fails before the first node
+            return from_cel(evaluator.evaluate(context), 0, meter)
+        except _BudgetExceeded as exceeded:
+            raise ExpressionFailed(f"expression failed: evaluation budget exceeded ({exceeded.kind})") from None
         except CELEvalError as error:
             raise _failure(error) from None
         except CELUnsupportedError:
             raise ExpressionFailed("expression failed: unsupported operation") from None
         except RecursionError:
             raise ExpressionFailed("expression failed: nested too deeply") from None
-        return from_cel(result)
+        except MemoryError:
+            raise ExpressionFailed("expression failed: evaluation budget exceeded (size)") from None
+        finally:
+            _METER.reset(token)
+            meter.close()
 
 
 def _numeric(value: Any) -> int | float | None:
@@ -322,6 +499,7 @@ def _heterogeneous(name: str, operation: Any) -> Any:
     fallback = celpy.evaluation.base_functions[name]
 
     def compare(left: Any, right: Any) -> Any:
+        left, right = _plain_type(left), _plain_type(right)
         a, b = _numeric(left), _numeric(right)
         if a is not None and b is not None and type(a) is not type(b):
             return celtypes.BoolType(operation(a, b))
@@ -343,11 +521,204 @@ NUMERIC_COMPARISONS: dict[str, Any] = {
 }
 
 
+# --- bounded built-ins ------------------------------------------------------------------------
+#
+# Every function a CEL expression can call goes through :func:`_metered`, which checks the clock
+# of the running evaluation before the call. Functions that build a new value charge its size;
+# the ones that parse or match text are replaced by linear-time versions over bounded input.
+# A bad argument raises ValueError / TypeError, which celpy turns into a CEL error value: the
+# evaluation then fails with "invalid value" / "no matching overload", never quoting the text.
+
+
+def _meter() -> _Meter | None:
+    return _METER.get()
+
+
+def _measure(value: Any) -> int:
+    return len(value) if isinstance(value, str | bytes | list | tuple | Mapping) else 0
+
+
+def _metered(function: Any, *, charge: bool) -> Any:
+    @functools.wraps(function)
+    def call(*args: Any) -> Any:
+        meter = _meter()
+        if meter is not None:
+            meter.clock()
+        result = function(*args)
+        if charge and meter is not None:
+            meter.charge(_measure(result))
+        return result
+
+    if isinstance(function, type):
+        # ``string`` is both a conversion and a type name (``type(x) == string``): comparisons
+        # see the type through this mark (see :func:`_plain_type`).
+        call._cel_type = function  # type: ignore[attr-defined]
+    return call
+
+
+def _plain_type(value: Any) -> Any:
+    return getattr(value, "_cel_type", value) if callable(value) and not isinstance(value, type) else value
+
+
+def _add(left: Any, right: Any) -> Any:
+    """``_+_`` with the size of a concatenation charged *before* it is built."""
+    if isinstance(left, str | bytes | list) and isinstance(right, str | bytes | list):
+        meter = _meter()
+        if meter is not None:
+            meter.charge(len(left) + len(right))
+    return operator.add(left, right)
+
+
+_DURATION_UNITS: dict[str, float] = {
+    # cel-python's units ("d" included, so documents that used it keep working)
+    "ns": 1e-9,
+    "us": 1e-6,
+    "\u00b5s": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+}
+_DIGITS = frozenset("0123456789")
+_UNIT_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyz\u00b5")
+
+
+def parse_duration_text(text: str) -> dt.timedelta:
+    """CEL's duration text (``"90s"``, ``"-1.5h"``, ``"2h45m"``) in one left-to-right pass.
+
+    cel-python matches ``[-+]?([0-9]*(\\.[0-9]*)?[a-z]+)+`` with a backtracking engine:
+    exponential on ``"a" * n + "!"``. Raises ValueError (never quoting the text)."""
+    if len(text) > MAX_PARSED_TEXT:
+        raise ValueError("duration text too long")
+    n = len(text)
+    i = 0
+    sign = 1.0
+    if i < n and text[i] in "+-":
+        sign = -1.0 if text[i] == "-" else 1.0
+        i += 1
+    if i == n:
+        raise ValueError("invalid duration")
+    parts: list[float] = []
+    while i < n:
+        start = i
+        while i < n and text[i] in _DIGITS:
+            i += 1
+        if i < n and text[i] == ".":
+            i += 1
+            while i < n and text[i] in _DIGITS:
+                i += 1
+        number = text[start:i]
+        if not number.strip("."):
+            raise ValueError("invalid duration")
+        unit_start = i
+        while i < n and text[i] in _UNIT_LETTERS:
+            i += 1
+        scale = _DURATION_UNITS.get(text[unit_start:i])
+        if scale is None:
+            raise ValueError("invalid duration")
+        parts.append(float(number) * scale)
+    seconds = sign * math.fsum(parts)
+    if not celtypes.DurationType.MinSeconds <= seconds <= celtypes.DurationType.MaxSeconds:
+        raise ValueError("duration out of range")
+    return dt.timedelta(seconds=seconds)
+
+
+def _duration(value: Any) -> Any:
+    if isinstance(value, str):
+        return celtypes.DurationType(parse_duration_text(value))
+    return celtypes.DurationType(value)
+
+
+def parse_timestamp_text(text: str) -> dt.datetime:
+    """An RFC 3339 timestamp (``2024-01-01T00:00:00Z``, an offset, a fraction), parsed by the
+    C ISO-8601 reader over a bounded text; a text without an offset is UTC. Raises ValueError."""
+    if len(text) > MAX_PARSED_TEXT or not text.isascii():
+        raise ValueError("invalid timestamp")
+    normal = text.strip()
+    if normal[-1:] in ("Z", "z"):
+        normal = normal[:-1] + "+00:00"
+    parsed = dt.datetime.fromisoformat(normal.replace("t", "T", 1))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def _timestamp(value: Any) -> Any:
+    if isinstance(value, str):
+        return celtypes.TimestampType(parse_timestamp_text(value))
+    return celtypes.TimestampType(value)
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+_RE2_OPTIONS.max_mem = MAX_PATTERN_MEMORY
+
+
+@functools.lru_cache(maxsize=128)
+def _pattern(source: str) -> Any:
+    return re2.compile(source, _RE2_OPTIONS)
+
+
+def _matches(text: Any, pattern: Any) -> Any:
+    """``matches()`` with RE2 (linear in the text, no backtracking), a bounded pattern and a
+    cache, so a comprehension does not compile the same pattern once per element."""
+    if not isinstance(text, str) or not isinstance(pattern, str):
+        raise TypeError("matches takes strings")
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        raise ValueError("pattern too long")
+    try:
+        compiled = _pattern(str(pattern))
+    except Exception:  # noqa: BLE001 - re2.error and friends: the pattern is refused either way
+        raise ValueError("invalid pattern") from None
+    return celtypes.BoolType(compiled.search(str(text)) is not None)
+
+
+def _bounded_timezone(accessor: Any) -> Any:
+    """A timestamp accessor (``getHours(tz)``) whose timezone text is bounded before pendulum
+    looks it up."""
+
+    def call(value: Any, *args: Any) -> Any:
+        for tz in args:
+            if not isinstance(tz, str) or len(tz) > MAX_PARSED_TEXT:
+                raise ValueError("invalid timezone")
+        return accessor(value, *args)
+
+    return call
+
+
+_CONSTRUCTING = frozenset({"_+_", "string", "bytes", "list", "map"})
+_OVERRIDES: dict[str, Any] = {
+    "_+_": _add,
+    "duration": _duration,
+    "timestamp": _timestamp,
+    "matches": _matches,
+    **{
+        name: _bounded_timezone(function)
+        for name, function in celpy.evaluation.base_functions.items()
+        if name.startswith("get")
+    },
+}
+
+
+def _function_table() -> dict[str, Any]:
+    table = {**celpy.evaluation.base_functions, **NUMERIC_COMPARISONS, **_OVERRIDES}
+    # ``type`` and the type names stay classes (``type(x) == int`` compares them); every callable
+    # function is metered.
+    return {
+        name: function
+        if isinstance(function, type) and name not in _CONSTRUCTING and name not in _OVERRIDES
+        else _metered(function, charge=name in _CONSTRUCTING)
+        for name, function in table.items()
+    }
+
+
+FUNCTIONS: dict[str, Any] = _function_table()
+
+
 def compile_expression(source: Any, variables: Iterable[str], *, merge: bool = False) -> CelComputation:
     """Compile once; raises :class:`ExpressionCompileError` with a value-free problem."""
     names = tuple(sorted(set(variables)))
     ast = compile_ast(source, names)
-    runner = celpy.InterpretedRunner(_ENVIRONMENT, ast, NUMERIC_COMPARISONS)
+    runner = celpy.InterpretedRunner(_ENVIRONMENT, ast, FUNCTIONS)
     path: tuple[str, ...] = ()
     if isinstance(source, str) and _BARE_PATH.fullmatch(source.strip()):
         parts = tuple(source.strip().split("."))
@@ -417,15 +788,32 @@ class Template:
         return "".join(out)
 
 
+def placeholders(source: str) -> Iterable[tuple[int, int, str]]:
+    """``(start, end, inner text)`` of each ``{{ ... }}`` in ``source``, left to right.
+
+    A scan with ``str.find`` (linear): the lazy ``\\{\\{(.*?)\\}\\}`` it replaces rescanned the
+    rest of the text from every unclosed ``{{``, quadratic in the text."""
+    position = 0
+    while True:
+        start = source.find("{{", position)
+        if start < 0:
+            return
+        end = source.find("}}", start + 2)
+        if end < 0:
+            return
+        yield start, end + 2, source[start + 2 : end]
+        position = end + 2
+
+
 def compile_template(source: str, variables: Iterable[str]) -> Template:
     names = tuple(sorted(set(variables)))
     parts: list[str | CelComputation] = []
     position = 0
-    for match in _TEMPLATE_PLACEHOLDER.finditer(source):
-        if match.start() > position:
-            parts.append(source[position : match.start()])
-        parts.append(compile_expression(match.group(1).strip(), names))
-        position = match.end()
+    for start, end, inner in placeholders(source):
+        if start > position:
+            parts.append(source[position:start])
+        parts.append(compile_expression(inner.strip(), names))
+        position = end
     if position < len(source):
         parts.append(source[position:])
     return Template(source=source, parts=tuple(parts))

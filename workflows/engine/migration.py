@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import re
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from django.db import transaction
 
 from workflows import conf
 from workflows.definitions import plan as p
+from workflows.definitions.expressions import placeholders
 from workflows.definitions.plan import Plan
 from workflows.engine import db, driver, locks, observers, segment, teardown, waits
 from workflows.engine.actors import Actor
@@ -943,7 +943,7 @@ def describe_target(step: p.Step | None) -> dict[str, Any]:
             else {"mode": "group" if a.mode == "role" else a.mode, "value": a.value or ""}
         )
         # placeholders are filled from each run's state when the task opens
-        facts["title"] = re.sub(r"\{\{.*?\}\}", "…", step.title or step.id)
+        facts["title"] = _mask_placeholders(step.title or step.id)
         facts["title_varies"] = "{{" in (step.title or "") or step.title_template is not None
         if step.due is not None:
             facts["due_seconds"] = step.due.delay.seconds
@@ -994,3 +994,16 @@ def row_facts(*, record_id: int) -> list[dict[str, Any]]:
     for row, kind, n in timers:
         by_row.setdefault(int(row), {"tasks": [], "timers": {}, "counts": {}})["timers"][str(kind)] = int(n)
     return [{"row": k, **v} for k, v in sorted(by_row.items())]
+
+
+def _mask_placeholders(title: str) -> str:
+    """``title`` with each ``{{ ... }}`` shown as an ellipsis (a linear scan: a lazy regular
+    expression rescanned the rest of the title from every unclosed ``{{``)."""
+    out: list[str] = []
+    position = 0
+    for start, end, _ in placeholders(title):
+        out.append(title[position:start])
+        out.append("…")
+        position = end
+    out.append(title[position:])
+    return "".join(out)

@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 
 from django.db import transaction
 
+from workflows import conf
+from workflows.definitions import expressions
 from workflows.definitions import plan as p
 from workflows.definitions.plan import Plan
 from workflows.engine import commands, db, driver, faults, locks, observers, outbox, outcomes, teardown, waits
@@ -89,10 +91,15 @@ def run(
     the transaction rolls back whole and the segment runs again with them."""
     claim = _Claim(command_id, run_id, token, plan, executor_id, deadline, max_steps, kind)
     opened: list[_Claim] = []
+    # the segment's expressions share one CPU allowance (a third of the lease at most): a plan
+    # looping through costly expressions fails deterministically instead of outliving its lease
+    allowance = min(expressions.MAX_SEGMENT_EVALUATION_CPU_MS / 1000, conf.get().EXECUTOR.LEASE_SECONDS / 3)
     try:
-        return _run(claim, optimistic=True, opening=opening, opened=opened)
+        with expressions.evaluation_allowance(allowance):
+            return _run(claim, optimistic=True, opening=opening, opened=opened)
     except RedoWithSavepoints:
-        return _run(opened[0] if opened else claim, optimistic=False)
+        with expressions.evaluation_allowance(allowance):
+            return _run(opened[0] if opened else claim, optimistic=False)
 
 
 # (milliseconds left) -> (the locked run or None, the command or None, its plan)

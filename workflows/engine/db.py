@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connection, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, OperationalError, connection, connections
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.types.json import Jsonb
 
@@ -433,24 +433,37 @@ def sqlstate(exc: BaseException) -> str | None:
     return None
 
 
+# SQLSTATEs of failures that a retry of the whole transaction can get past: another
+# transaction held a lock too long or lost a deadlock or a serialization race, or the server
+# went away (class 08 connection exceptions; 57P01-57P03 shutdown, crash, not yet accepting;
+# 53300 too many connections). Anything else (a constraint, a type, a missing column, a
+# statement timeout, which is the segment deadline) fails the same way again.
+TRANSIENT_STATES = frozenset({LOCK_NOT_AVAILABLE, DEADLOCK, SERIALIZATION, "57P01", "57P02", "57P03", "53300"})
+
+
 def is_transient(exc: BaseException) -> bool:
-    """Connection loss, lock timeouts, deadlocks and serialization failures."""
+    """Connection loss, lock timeouts, deadlocks and serialization failures (the reference's
+    ``TransientDataAccessException``); a workflow error answers its own ``retryable``."""
     if isinstance(exc, LockTimeout | PersistenceError):
-        return True
+        return bool(exc.retryable)
     state = sqlstate(exc)
-    if state in (LOCK_NOT_AVAILABLE, DEADLOCK, SERIALIZATION):
-        return True
-    if state and state.startswith("08"):  # connection exceptions
-        return True
-    return isinstance(exc, OperationalError) and state != QUERY_CANCELED
+    if state:
+        return state in TRANSIENT_STATES or state.startswith("08")
+    # no SQLSTATE: the driver lost the connection (psycopg's OperationalError without a server
+    # answer) or finds it closed (InterfaceError)
+    return isinstance(exc, OperationalError | InterfaceError)
 
 
 def map_database_error(exc: DatabaseError, operation: str) -> Exception:
-    """A value-free workflow error for a database failure (never the driver's text)."""
+    """A value-free workflow error for a database failure: framework text naming the operation
+    and the SQLSTATE, never the driver's text or an exception class. Retryable only when the
+    failure is transient (``is_transient``); any other is a technical failure (500)."""
     state = sqlstate(exc)
     if state in (LOCK_NOT_AVAILABLE, DEADLOCK):
         return LockTimeout(f"{operation}: the run is busy (lock timeout); retry the transaction")
-    return PersistenceError(f"{operation}: database failure ({type(exc).__name__}, sqlstate {state or 'unknown'})")
+    if is_transient(exc):
+        return PersistenceError(f"{operation}: database unavailable (sqlstate {state or 'unknown'}); retry")
+    return PersistenceError.technical(f"{operation}: database failure (sqlstate {state or 'unknown'})")
 
 
 def execute_batch(statements: Sequence[tuple[str, Params]]) -> int:

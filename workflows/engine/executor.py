@@ -489,15 +489,17 @@ def _disposed(exc: Exception, head: Head, token: Any, deadline: float, margin: f
             return "DEADLINE"
         if db.is_transient(exc):
             close_old_connections()
-            _retry_transient(head, token, f"TRANSIENT: database failure ({type(exc).__name__})")
+            _retry_transient(head, token, f"TRANSIENT: database failure (sqlstate {db.sqlstate(exc) or 'unknown'})")
             return "TRANSIENT"
-    # exception text can quote values: only its type above DEBUG
-    where, what = (
-        ("in the database", "database error") if isinstance(exc, DatabaseError) else ("", "the segment failed")
-    )
-    log.error("command %s failed %s(%s)", head.id, f"{where} " if where else "", type(exc).__name__)
+    # exception text can quote values: only its type above DEBUG, and in last_error and the
+    # run's failure only framework text (a SQLSTATE is a code, never a class name or text)
+    if isinstance(exc, DatabaseError):
+        where, what = "in the database ", f"database error (sqlstate {db.sqlstate(exc) or 'unknown'})"
+    else:
+        where, what = "", "the segment failed"
+    log.error("command %s failed %s(%s)", head.id, where, type(exc).__name__)
     log.debug("failure of command %s", head.id, exc_info=True)
-    _fail(head, token, f"DETERMINISTIC_FAILURE: {what} ({type(exc).__name__})", step_limit=False, deadline=deadline)
+    _fail(head, token, f"DETERMINISTIC_FAILURE: {what}", step_limit=False, deadline=deadline)
     return "FAILED"
 
 

@@ -471,7 +471,7 @@ def deliver_claimed(intent: dict[str, Any]) -> str:
             "available_at = now() + make_interval(secs => %s) WHERE id = %s AND token = %s",
             [
                 "DEAD" if dead else "PENDING",
-                f"DELIVERY_FAILED: attempt {intent['attempts']} failed ({type(exc).__name__})",
+                f"DELIVERY_FAILED: attempt {intent['attempts']} failed",
                 min(2 ** intent["attempts"], 300),
                 intent_id,
                 intent["token"],

@@ -520,22 +520,32 @@ def may_commit() -> bool:
     )
 
 
-def fetchone_and_commit(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
-    """An operation's last statement and COMMIT in one round trip (``may_commit`` must hold).
+def fetchone_and_commit(
+    sql: str, params: Sequence[Any], *, before: Sequence[tuple[str, Params]] = ()
+) -> tuple[Any, ...] | None:
+    """An operation's last statement and COMMIT in one round trip (``may_commit`` must hold);
+    ``before``: statements sent ahead of it in the same round trip (their rows are dropped).
     Its ``transaction.atomic()`` then commits nothing more and runs the on-commit callbacks;
     nothing may run on the connection before that block exits."""
     with _cursor(True) as cur:
-        _last_and_commit(cur, sql, params)
+        _last_and_commit(cur, sql, params, before)
         row = cur.fetchone()
         return decode_row(row, shape(cur, sql)[1]) if row is not None else None
 
 
-def _last_and_commit(cur: Any, sql: str, params: Sequence[Any]) -> None:
+def _last_and_commit(cur: Any, sql: str, params: Sequence[Any], before: Sequence[tuple[str, Params]] = ()) -> None:
     """A transaction's last statement, after the writes still deferred, and COMMIT: one round trip."""
     raw = cur.connection
-    with _transaction_pipeline(raw):
-        _queue(cur, sql, params)
-        _commit(raw)
+    ahead = [psycopg.Cursor(raw) for _ in before]
+    try:
+        with _transaction_pipeline(raw):
+            for other, (sql0, params0) in zip(ahead, before, strict=True):
+                _queue(other, sql0, params0)
+            _queue(cur, sql, params)
+            _commit(raw)
+    finally:
+        for other in ahead:
+            other.close()
 
 
 def fused(statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[str, list[Any]]:

@@ -20,7 +20,7 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from workflows import conf
 from workflows.definitions.plan import Plan
 from workflows.engine import db, effects, faults, locks, observers, outbox, outcomes, segment
-from workflows.engine.drive import DeadlineExceeded, DeterministicFailure, StepLimitExceeded
+from workflows.engine.drive import DeadlineExceeded, DeterministicFailure, InitialisationFailed, StepLimitExceeded
 from workflows.exceptions import DefinitionError, VersionNotRunnable, WorkflowError
 
 log = logging.getLogger("workflows.engine")
@@ -467,6 +467,14 @@ def _disposed(exc: Exception, head: Head, token: Any, deadline: float, margin: f
     if isinstance(exc, DeadlineExceeded):
         log.debug("segment of command %s passed its deadline; the lease will lapse", head.id)
         return "DEADLINE"
+    if isinstance(exc, InitialisationFailed):
+        # rolled back: the run stays PENDING and the claim lapses (the attempt stays spent),
+        # so the start is claimed again; the cause goes to the DEBUG log only (it can quote values)
+        log.error(
+            "command %s: %s; run %s stays PENDING until the claim lapses", head.id, exc, head.run_id
+        )
+        log.debug("failure of command %s", head.id, exc_info=True)
+        return "LAPSED"
     if isinstance(exc, DeterministicFailure | StepLimitExceeded | WorkflowError):
         if isinstance(exc, WorkflowError) and exc.retryable:
             _retry_transient(head, token, f"TRANSIENT: {exc.code}")

@@ -1,0 +1,166 @@
+"""Executor conformance (issue #26), in-process (the code the Celery tasks run): a start whose
+initial state or subject fails stays PENDING, and a failed segment's texts carry no class name.
+The same start flow through a real worker is in test_e2e_conformance.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from tests.support.ops import dead_letter_next_command
+from workflows import conf, operations
+from workflows.engine import db, executor, faults
+from workflows.models import Command, HistoryEntry, Run
+
+SENTINEL = "LEAK-SENTINEL-26e2"
+
+FLAKY_SUBJECT = """
+definitionId: flaky-subject
+definitionVersion: 1
+contract: {name: flaky-subject.v1, signals: {go: null}}
+stateSchema: {type: object}
+startPayloadSchema: {type: object}
+subjectResolver: test.subject_while_gate
+initialStep: wait-go
+steps:
+  - {id: wait-go, type: wait-signal, signal: go, next: done}
+  - {id: done, type: complete}
+"""
+
+WAITS = """
+definitionId: waits
+definitionVersion: 1
+contract: {name: waits.v1, signals: {go: null}}
+stateSchema: {type: object}
+startPayloadSchema: {type: object}
+initialStep: wait-go
+steps:
+  - {id: wait-go, type: wait-signal, signal: go, next: done}
+  - {id: done, type: complete}
+"""
+
+
+def history_types(run_id: Any) -> list[str]:
+    return list(HistoryEntry.objects.filter(run_id=run_id).order_by("seq").values_list("type", flat=True))
+
+
+def lapse(command_id: int) -> None:
+    """The claim's lease runs out (moved back in the database) and recovery takes it back."""
+    db.execute("UPDATE workflow_commands SET lease_until = now() - interval '1 second' WHERE id = %s", [command_id])
+    assert executor.recover_expired_leases() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_subject_resolver_leaves_the_run_pending_until_the_claim_lapses(
+    deploy: Any, drain: Any, tmp_path: Path
+) -> None:
+    """A subject resolver (or initial-state mapper) that threw failed the run at once; the
+    reference rolls the segment back, keeps the run PENDING and lets the claim lapse, so the
+    start is claimed again (engine.txt 183)."""
+    deploy(FLAKY_SUBJECT)
+    gate = tmp_path / "gate"
+    gate.touch()
+    recorded = operations.start(definition_id="flaky-subject", payload={"gate": str(gate)})
+    drain(recorded.run_id)
+    run = Run.objects.get(pk=recorded.run_id)
+    assert (run.status, run.state, run.current_step, run.subject_id) == ("PENDING", None, None, "")
+    start = Command.objects.get(pk=recorded.command_id)
+    assert (start.status, start.attempts, start.last_error) == ("CLAIMED", 1, "")
+    assert history_types(run.id) == []  # nothing of the rolled-back segment
+    drain(recorded.run_id)  # the claim still stands: nothing runs it again before it lapses
+    assert Command.objects.get(pk=start.pk).attempts == 1
+
+    gate.unlink()  # what the resolver needed is there now
+    lapse(start.pk)
+    drain(recorded.run_id)
+    run.refresh_from_db()
+    assert (run.status, run.current_step, run.subject_id) == ("WAITING", "wait-go", "O-1")
+    start.refresh_from_db()
+    assert (start.status, start.attempts) == ("COMPLETE", 2)
+    assert history_types(run.id).count("WORKFLOW_STARTED") == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_start_whose_initialisation_keeps_failing_fails_its_run_once_its_attempts_are_spent(
+    deploy: Any, drain: Any, tmp_path: Path
+) -> None:
+    deploy(FLAKY_SUBJECT)
+    gate = tmp_path / "gate"
+    gate.touch()
+    recorded = operations.start(definition_id="flaky-subject", payload={"gate": str(gate)})
+    for _ in range(conf.get().EXECUTOR.MAX_ATTEMPTS):
+        drain(recorded.run_id)
+        assert Run.objects.get(pk=recorded.run_id).status == "PENDING"
+        lapse(recorded.command_id)
+    drain(recorded.run_id)
+    run = Run.objects.get(pk=recorded.run_id)
+    assert (run.status, run.failure_code) == ("FAILED", "MAX_ATTEMPTS")
+    assert Command.objects.get(pk=recorded.command_id).status == "DEAD"
+    assert "WORKFLOW_FAILED" in history_types(run.id)
+
+
+# --- texts of a failed segment (engine 139, 450) -------------------------------------------------
+
+
+def failing_before_settle(condition: str, monkeypatch: pytest.MonkeyPatch, *, times: int = 1) -> None:
+    """The segment's transaction meets a real database error (raised by the server) just
+    before it settles, ``times`` times."""
+    real = faults.point
+    left = {"n": times}
+
+    def point(name: str) -> None:
+        if name == "before_settle" and left["n"] > 0:
+            left["n"] -= 1
+            with connection.cursor() as cursor:
+                cursor.execute(f"DO $$ BEGIN RAISE EXCEPTION '{SENTINEL}' USING ERRCODE = '{condition}'; END $$")
+        real(name)
+
+    monkeypatch.setattr(faults, "point", point)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_database_error_in_a_segment_fails_with_framework_text_only(
+    deploy: Any, drain: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """last_error and the run's failure named the exception class ("database error
+    (IntegrityError)"); they carry framework text and the SQLSTATE only."""
+    deploy(WAITS)
+    failing_before_settle("check_violation", monkeypatch)
+    recorded = operations.start(definition_id="waits", payload={})
+    drain(recorded.run_id)
+    start = Command.objects.get(pk=recorded.command_id)
+    run = Run.objects.get(pk=recorded.run_id)
+    assert start.status == "FAILED" and run.status == "FAILED"
+    assert start.last_error == "DETERMINISTIC_FAILURE: database error (sqlstate 23514)"
+    assert run.failure_message == start.last_error
+    for text in (start.last_error, run.failure_message):
+        assert "Error" not in text and SENTINEL not in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transient_database_error_in_a_segment_is_retried_with_framework_text_only(
+    deploy: Any, drain: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deploy(WAITS)
+    failing_before_settle("serialization_failure", monkeypatch)
+    recorded = operations.start(definition_id="waits", payload={})
+    executor.process(executor.peek(10, recorded.run_id)[0])
+    start = Command.objects.get(pk=recorded.command_id)
+    assert start.status == "PENDING" and start.transient_count == 1
+    assert start.last_error == "TRANSIENT: database failure (sqlstate 40001)"
+    db.execute("UPDATE workflow_commands SET available_at = now() WHERE id = %s", [start.pk])
+    drain(recorded.run_id)
+    assert Run.objects.get(pk=recorded.run_id).status == "WAITING"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dead_lettered_start_names_no_class(deploy: Any) -> None:
+    deploy(WAITS)
+    recorded = operations.start(definition_id="waits", payload={})
+    dead_letter_next_command(recorded.run_id)
+    start = Command.objects.get(pk=recorded.command_id)
+    assert start.status == "DEAD" and start.last_error.startswith("MAX_ATTEMPTS: ")
+    assert "Error" not in start.last_error

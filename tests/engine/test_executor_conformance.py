@@ -12,6 +12,7 @@ from django.db import connection
 
 from tests.support.ops import dead_letter_next_command
 from workflows import conf, operations
+from workflows.definitions import catalogs
 from workflows.engine import db, executor, faults
 from workflows.models import Command, HistoryEntry, Run
 
@@ -164,3 +165,55 @@ def test_a_dead_lettered_start_names_no_class(deploy: Any) -> None:
     start = Command.objects.get(pk=recorded.command_id)
     assert start.status == "DEAD" and start.last_error.startswith("MAX_ATTEMPTS: ")
     assert "Error" not in start.last_error
+
+
+# --- named conditions in a decision's when (definition-documents: evaluation environment) ------
+
+SMALL_CALLS: list[Any] = []
+
+
+@catalogs.callbacks.register("test.purchase_small", category="condition")
+def purchase_small(state: Any) -> bool:
+    SMALL_CALLS.append(state["total"])
+    return bool(state["total"] < 100)
+
+
+ROUTED = """
+definitionId: routed
+definitionVersion: 1
+contract: {name: routed.v1, signals: {}}
+stateSchema: {type: object}
+startPayloadSchema: {type: object}
+initialStep: route
+steps:
+  - id: route
+    type: decision
+    routes:
+      - when: "conditions['test.purchase_small'] && state.rush"
+        to: express
+      - when: "conditions['test.purchase_small']"
+        to: small
+    default: big
+  - {id: express, type: complete}
+  - {id: small, type: complete}
+  - {id: big, type: complete}
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("payload", "route"),
+    [({"total": 10, "rush": True}, "express"), ({"total": 10, "rush": False}, "small"), ({"total": 500}, "big")],
+)
+def test_a_when_routes_on_a_named_condition_evaluated_once_per_decision(
+    deploy: Any, drain: Any, payload: dict[str, Any], route: str
+) -> None:
+    deploy(ROUTED)
+    SMALL_CALLS.clear()
+    recorded = operations.start(definition_id="routed", payload={"rush": False, **payload})
+    drain(recorded.run_id)
+    run = Run.objects.get(pk=recorded.run_id)
+    assert (run.status, run.current_step) == ("COMPLETED", route)
+    decided = HistoryEntry.objects.filter(run_id=run.id, type="DECISION", step="route").values_list("outcome", flat=True)
+    assert list(decided) == [route]
+    assert SMALL_CALLS == [payload["total"]]  # read by two routes, evaluated once

@@ -64,3 +64,97 @@ def test_a_failing_initial_state_keeps_the_run_pending_and_is_claimed_again_thro
     start = Command.objects.get(pk=recorded.command_id)
     assert start.status == "COMPLETE" and start.attempts >= 2
     assert history_types(run.id).count("WORKFLOW_STARTED") == 1
+
+
+# --- recovery paths that worked but were unproven (issue #26) -------------------------------------
+
+FLAKY_TIMEOUT = """
+definitionId: flaky-timeout
+definitionVersion: 1
+contract: {name: flaky-timeout.v1, signals: {go: null}}
+stateSchema: {type: object}
+startPayloadSchema: {type: object}
+initialStep: wait-go
+steps:
+  - id: wait-go
+    type: wait-signal
+    signal: go
+    next: done
+    timeout:
+      after: PT1S
+      next: expired
+      mutator: test.mutator_while_gate
+  - {id: done, type: complete}
+  - {id: expired, type: complete}
+"""
+
+LOOPING = """
+definitionId: looping
+definitionVersion: 1
+contract: {name: looping.v1, signals: {}}
+stateSchema: {type: object}
+startPayloadSchema: {type: object}
+initialStep: a
+steps:
+  - id: a
+    type: decision
+    routes: [{when: "true", to: b}]
+    default: b
+  - id: b
+    type: decision
+    routes: [{when: "true", to: a}]
+    default: done
+  - {id: done, type: complete}
+"""
+
+
+def wait_for(run_id: Any, status: str, worker: Any) -> Run:
+    eventually(
+        lambda: Run.objects.get(pk=run_id).status == status,
+        timeout=60,
+        what=f"the run to be {status}",
+        details=worker.logs,
+    )
+    return Run.objects.get(pk=run_id)
+
+
+def test_a_run_that_failed_while_waiting_is_retried_at_its_wait_with_its_timer_rearmed(
+    celery_worker_process: Any, deploy: Any, tmp_path: Path
+) -> None:
+    """A timeout whose segment failed fails the run while it waits; retry returns it to that
+    wait and offers the failed timer again with its original fire time, so it fires once more
+    (engine.txt: rearmTimers)."""
+    deploy(FLAKY_TIMEOUT)
+    gate = tmp_path / "gate"
+    gate.touch()
+    recorded = operations.start(definition_id="flaky-timeout", payload={"gate": str(gate)})
+    run = wait_for(recorded.run_id, "FAILED", celery_worker_process)
+    assert run.current_step == "wait-go"
+    failed = Command.objects.get(run_id=run.id, kind="TIMER")
+    assert failed.status == "FAILED"
+
+    gate.unlink()
+    retry = operations.retry(run_id=run.id)
+    run = wait_for(run.id, "COMPLETED", celery_worker_process)
+    assert run.current_step == "expired" and run.state["timed_out"] is True
+    timers = list(Command.objects.filter(run_id=run.id, kind="TIMER").order_by("seq"))
+    assert [(t.status, t.timer_id) for t in timers] == [("FAILED", failed.timer_id), ("COMPLETE", failed.timer_id)]
+    assert timers[1].fire_at == failed.fire_at  # the original fire time, not a new delay
+    assert Command.objects.get(pk=retry.command_id).status == "COMPLETE"
+    decisions = HistoryEntry.objects.filter(run_id=run.id, type="DECISION").values_list("step", "outcome")
+    assert ("wait-go", "retry") in list(decisions)
+    assert history_types(run.id).count("WORKFLOW_FAILED") == 1
+
+
+def test_a_segment_beyond_the_step_limit_fails_the_run_with_step_limit(
+    celery_worker_process: Any, deploy: Any
+) -> None:
+    deploy(LOOPING)
+    recorded = operations.start(definition_id="looping", payload={})
+    run = wait_for(recorded.run_id, "FAILED", celery_worker_process)
+    start = Command.objects.get(pk=recorded.command_id)
+    assert start.status == "FAILED"
+    assert start.last_error == "STEP_LIMIT: the segment ran more nodes than maxStepsPerSegment"
+    assert (run.failure_code, run.failure_message) == ("STEP_LIMIT", start.last_error)
+    assert run.state is None  # the overrun segment rolled back whole
+    assert HistoryEntry.objects.filter(run_id=run.id, type="COMMAND_FAILED", outcome="STEP_LIMIT").count() == 1

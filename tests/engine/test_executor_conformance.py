@@ -217,3 +217,81 @@ def test_a_when_routes_on_a_named_condition_evaluated_once_per_decision(
     decided = HistoryEntry.objects.filter(run_id=run.id, type="DECISION", step="route").values_list("outcome", flat=True)
     assert list(decided) == [route]
     assert SMALL_CALLS == [payload["total"]]  # read by two routes, evaluated once
+
+
+# --- retry: dead letters offered again, nothing to recover (issue #26: untested paths) ------------
+
+TWO_WAITS = """
+definitionId: two-waits
+definitionVersion: 1
+contract: {name: two-waits.v1, signals: {first: null, second: null}}
+stateSchema: {type: object}
+startPayloadSchema: {type: object}
+initialStep: wait-first
+steps:
+  - {id: wait-first, type: wait-signal, signal: first, next: wait-second}
+  - {id: wait-second, type: wait-signal, signal: second, next: done}
+  - {id: done, type: complete}
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retry_offers_a_dead_lettered_signal_again_and_it_is_applied(deploy: Any, drain: Any) -> None:
+    deploy(TWO_WAITS)
+    recorded = operations.start(definition_id="two-waits", payload={})
+    drain(recorded.run_id)
+    sent = operations.signal(run_id=recorded.run_id, name="first")
+    assert dead_letter_next_command(recorded.run_id) == sent.command_id
+    run = Run.objects.get(pk=recorded.run_id)
+    assert (run.status, run.current_step, run.open_signals) == ("WAITING", "wait-first", 0)
+    assert Command.objects.get(pk=sent.command_id).status == "DEAD"
+
+    retry = operations.retry(run_id=run.id)
+    drain(run.id)
+    run.refresh_from_db()
+    assert (run.status, run.current_step, run.open_signals) == ("WAITING", "wait-second", 0)
+    signal = Command.objects.get(pk=sent.command_id)
+    assert signal.status == "COMPLETE" and signal.attempts == 1  # offered again with attempts zeroed
+    offered = HistoryEntry.objects.get(run_id=run.id, type="DEAD_LETTERS_REOFFERED")
+    assert offered.command_id == retry.command_id and offered.payload == {"count": 1}
+    assert Command.objects.get(pk=retry.command_id).status == "COMPLETE"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_that_finds_nothing_to_recover_settles_stale(deploy: Any, drain: Any) -> None:
+    """Two retries recorded for one dead letter (the second by a recorder that did not see the
+    first): the first offers it again, the second finds nothing to recover."""
+    from django.db import transaction
+
+    from workflows.engine import commands, locks
+    from workflows.engine.actors import NONE
+
+    deploy(TWO_WAITS)
+    recorded = operations.start(definition_id="two-waits", payload={})
+    drain(recorded.run_id)
+    operations.signal(run_id=recorded.run_id, name="first")
+    dead_letter_next_command(recorded.run_id)
+    first = operations.retry(run_id=recorded.run_id)
+    with transaction.atomic():
+        run_row = locks.lock_run(recorded.run_id)
+        second = commands.insert(run_row, kind="RETRY", actor=NONE, persist_counters=True)
+    drain(recorded.run_id)
+    assert Command.objects.get(pk=first.command_id).status == "COMPLETE"
+    late = Command.objects.get(pk=second["id"])
+    assert late.status == "STALE"
+    assert late.last_error == "NOTHING_TO_RECOVER: the run is neither failed nor holds a dead-lettered command"
+    assert HistoryEntry.objects.filter(command_id=late.pk, type="COMMAND_STALE", outcome="NOTHING_TO_RECOVER").exists()
+    run = Run.objects.get(pk=recorded.run_id)
+    assert (run.status, run.current_step) == ("WAITING", "wait-second")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_of_a_run_with_nothing_to_retry_is_refused_when_recorded(deploy: Any, drain: Any) -> None:
+    from workflows.exceptions import SignalRejected
+
+    deploy(TWO_WAITS)
+    recorded = operations.start(definition_id="two-waits", payload={})
+    drain(recorded.run_id)
+    with pytest.raises(SignalRejected):
+        operations.retry(run_id=recorded.run_id)
+    assert not Command.objects.filter(run_id=recorded.run_id, kind="RETRY").exists()

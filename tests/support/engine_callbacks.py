@@ -80,3 +80,11 @@ def subject_while_gate(state: Any) -> dict[str, Any]:
     if Path(state["gate"]).exists():
         raise RuntimeError(f"subject lookup failed for {state['gate']}")
     return {"type": "order", "id": "O-1", "version": "1"}
+
+
+@catalogs.callbacks.register("test.mutator_while_gate", category="state_mutator")
+def mutator_while_gate(state: Any) -> dict[str, Any]:
+    """A timeout's mutator that fails while the gate file named in the state exists."""
+    if Path(state["gate"]).exists():
+        raise RuntimeError(f"mutator failed for {state['gate']}")
+    return {**state, "timed_out": True}

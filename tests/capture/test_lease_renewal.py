@@ -23,7 +23,9 @@ from workflows.models import Run
 def lease_state(capture_id: int) -> tuple[Any, Any, str]:
     """(lease_until, the database clock, status) as committed (read on the caller's connection)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT lease_until, clock_timestamp(), status FROM capture_captures WHERE id = %s", [capture_id])
+        cursor.execute(
+            "SELECT lease_until, clock_timestamp(), status FROM capture_captures WHERE id = %s", [capture_id]
+        )
         row = cursor.fetchone()
     return row[0], row[1], row[2]
 

@@ -146,9 +146,7 @@ def test_a_run_that_failed_while_waiting_is_retried_at_its_wait_with_its_timer_r
     assert history_types(run.id).count("WORKFLOW_FAILED") == 1
 
 
-def test_a_segment_beyond_the_step_limit_fails_the_run_with_step_limit(
-    celery_worker_process: Any, deploy: Any
-) -> None:
+def test_a_segment_beyond_the_step_limit_fails_the_run_with_step_limit(celery_worker_process: Any, deploy: Any) -> None:
     deploy(LOOPING)
     recorded = operations.start(definition_id="looping", payload={})
     run = wait_for(recorded.run_id, "FAILED", celery_worker_process)

@@ -214,9 +214,11 @@ def test_a_when_routes_on_a_named_condition_evaluated_once_per_decision(
     drain(recorded.run_id)
     run = Run.objects.get(pk=recorded.run_id)
     assert (run.status, run.current_step) == ("COMPLETED", route)
-    decided = HistoryEntry.objects.filter(run_id=run.id, type="DECISION", step="route").values_list("outcome", flat=True)
+    decided = HistoryEntry.objects.filter(run_id=run.id, type="DECISION", step="route").values_list(
+        "outcome", flat=True
+    )
     assert list(decided) == [route]
-    assert SMALL_CALLS == [payload["total"]]  # read by two routes, evaluated once
+    assert [payload["total"]] == SMALL_CALLS  # read by two routes, evaluated once
 
 
 # --- retry: dead letters offered again, nothing to recover (issue #26: untested paths) ------------

@@ -470,9 +470,7 @@ def _disposed(exc: Exception, head: Head, token: Any, deadline: float, margin: f
     if isinstance(exc, InitialisationFailed):
         # rolled back: the run stays PENDING and the claim lapses (the attempt stays spent),
         # so the start is claimed again; the cause goes to the DEBUG log only (it can quote values)
-        log.error(
-            "command %s: %s; run %s stays PENDING until the claim lapses", head.id, exc, head.run_id
-        )
+        log.error("command %s: %s; run %s stays PENDING until the claim lapses", head.id, exc, head.run_id)
         log.debug("failure of command %s", head.id, exc_info=True)
         return "LAPSED"
     if isinstance(exc, DeterministicFailure | StepLimitExceeded | WorkflowError):

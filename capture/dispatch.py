@@ -42,7 +42,7 @@ from django.db import DatabaseError, connection, transaction
 from capture import actor, effects, signals, triggers
 from capture.effects import CapturedEvent, ClaimLost
 from capture.models import Capture, CaptureStatus
-from workflows import conf
+from workflows import conf, operations
 from workflows.exceptions import ExpressionFailed, InstanceNotFound, SignalRejected, WorkflowError
 
 log = logging.getLogger("capture")
@@ -342,9 +342,9 @@ def describe(error: BaseException) -> str:
     if isinstance(error, WorkflowError):
         text = error.message if isinstance(error, TriggerFailed) else f"{error.code}: {error.message}"
     elif isinstance(error, DatabaseError):
-        text = f"PERSISTENCE: database failure ({type(error).__name__}, sqlstate {_sqlstate(error) or 'unknown'})"
+        text = f"PERSISTENCE: database failure (sqlstate {_sqlstate(error) or 'unknown'})"
     else:
-        text = f"ERROR: dispatch raised {type(error).__name__}"
+        text = "ERROR: the dispatch failed"
     return text[:ERROR_LIMIT]
 
 
@@ -359,7 +359,11 @@ def _sqlstate(error: BaseException) -> str | None:
 
 
 def _retryable(error: BaseException) -> bool:
-    return bool(getattr(error, "retryable", False)) or isinstance(error, DatabaseError)
+    # a database failure is retried only when transient (connection loss, lock timeout,
+    # deadlock, serialization): any other would fail the same way again
+    if isinstance(error, DatabaseError):
+        return operations.is_transient(error)
+    return bool(getattr(error, "retryable", False))
 
 
 def _settle_failure(capture_id: int, token: uuid.UUID, error: BaseException) -> str:

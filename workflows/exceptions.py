@@ -98,10 +98,22 @@ class LockTimeout(WorkflowError):
 
 
 class PersistenceError(WorkflowError):
+    """A database failure. Transient ones (connection loss, lock timeout, deadlock,
+    serialization) are retryable (503); any other is a technical failure (``technical``: 500,
+    not retryable), which a retry of the same transaction would meet again."""
+
     code = "PERSISTENCE"
     status = 503
     retryable = True
     title = "Database unavailable; retry"
+
+    @classmethod
+    def technical(cls, message: str) -> PersistenceError:
+        error = cls(message)
+        error.retryable = False
+        error.status = 500
+        error.title = "Database failure"
+        return error
 
 
 class NodeRoleError(WorkflowError):

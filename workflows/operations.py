@@ -22,6 +22,8 @@ __all__ = [
     "cancel",
     "cancel_confirmed",
     "complete_task",
+    "database_error",
+    "is_transient",
     "migrate",
     "reassign_task",
     "reconcile_command",
@@ -37,6 +39,18 @@ def _tx(operation: str, fn: Any, **kwargs: Any) -> Any:
             return fn(**kwargs)
     except DatabaseError as exc:
         raise db.map_database_error(exc, operation) from None
+
+
+def database_error(exc: DatabaseError, operation: str) -> Exception:
+    """The workflow error a database failure maps to: LOCK_TIMEOUT, or PERSISTENCE that is
+    retryable (503) only for a transient failure (connection loss, lock timeout, deadlock,
+    serialization) and a technical 500 otherwise; value-free text naming the SQLSTATE."""
+    return db.map_database_error(exc, operation)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a retry of the whole transaction can get past ``exc`` (see ``database_error``)."""
+    return db.is_transient(exc)
 
 
 def start(

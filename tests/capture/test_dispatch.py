@@ -237,7 +237,7 @@ def test_a_failure_after_an_effect_marker_is_outcome_unknown(deploy, no_messages
     assert dispatch.dispatch(capture.pk) == "OUTCOME_UNKNOWN"
     capture.refresh_from_db()
     assert capture.status == "OUTCOME_UNKNOWN" and capture.effect_started_at is not None
-    assert capture.last_error == "ERROR: dispatch raised ConnectionError"
+    assert capture.last_error == "ERROR: the dispatch failed"
     assert failing_effect == [capture.object_pk]
     assert EffectMarker.objects.filter(capture=capture, effect="tests.failing_effect").count() == 1
     assert not Run.objects.exists()

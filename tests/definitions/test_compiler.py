@@ -137,7 +137,7 @@ def test_cel_may_use_only_the_variables_of_its_field():
             DONE,
         )
     )
-    assert "allowed: state" in error.violations[0].message
+    assert "allowed: conditions, state" in error.violations[0].message  # a decision when: state and conditions
 
 
 def test_a_wait_for_an_undeclared_signal_is_refused():

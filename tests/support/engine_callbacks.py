@@ -63,3 +63,28 @@ def exit_while_gate(state: Any) -> bool:
             exits.write(f"{os.getpid()}\n")
         os._exit(1)
     return True
+
+
+@catalogs.callbacks.register("test.initial_while_gate", category="initial_state")
+def initial_while_gate(payload: Any) -> dict[str, Any]:
+    """An initial-state mapper that fails (as a lookup of the moment would) while the gate
+    file named in the payload exists."""
+    if Path(payload["gate"]).exists():
+        raise RuntimeError(f"lookup failed for {payload['gate']}")
+    return {"gate": payload["gate"], "initialised": True}
+
+
+@catalogs.callbacks.register("test.subject_while_gate", category="subject_resolver")
+def subject_while_gate(state: Any) -> dict[str, Any]:
+    """A subject resolver that fails while the gate file named in the state exists."""
+    if Path(state["gate"]).exists():
+        raise RuntimeError(f"subject lookup failed for {state['gate']}")
+    return {"type": "order", "id": "O-1", "version": "1"}
+
+
+@catalogs.callbacks.register("test.mutator_while_gate", category="state_mutator")
+def mutator_while_gate(state: Any) -> dict[str, Any]:
+    """A timeout's mutator that fails while the gate file named in the state exists."""
+    if Path(state["gate"]).exists():
+        raise RuntimeError(f"mutator failed for {state['gate']}")
+    return {**state, "timed_out": True}

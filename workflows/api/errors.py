@@ -25,6 +25,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from workflows.engine.db import is_bad_value
+from workflows import operations
 from workflows.exceptions import WorkflowError
 
 log = logging.getLogger("workflows.api")
@@ -192,14 +193,9 @@ def _problem_for(exc: Exception) -> Response:
             [{"pointer": "", "type": "encoding", "message": message}],
         )
     if isinstance(exc, DatabaseError):
-        # Never the driver's text: it can quote the statement's parameters.
+        # Never the driver's text (it can quote the statement's parameters) nor its class:
+        # the operations' mapping, retryable (503, Retry-After) only for a transient failure.
         log.warning("API request failed on the database (%s)", type(exc).__name__)
-        return problem(
-            503,
-            "PERSISTENCE",
-            "Database unavailable; retry",
-            "database failure; retry the request",
-            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-        )
+        return _problem_for(operations.database_error(exc, "request"))
     log.exception("unexpected error in an API view")
     return problem(500, "INTERNAL", "Internal error", "the server failed to answer this request")

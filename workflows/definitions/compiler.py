@@ -34,6 +34,7 @@ UNKNOWN_NAME = "unknownName"
 # The variables each kind of field provides to CEL and to callbacks.
 V_PAYLOAD = ("payload",)
 V_STATE = ("state",)
+V_WHEN = ("state", "conditions")  # a decision route's ``when``: the state and the named conditions
 V_TRIGGER = ("record", "previous", "changed", "event")
 V_TRIGGER_PAYLOAD = ("record", "previous", "changed", "event")
 V_SIGNAL = ("state", "payload")
@@ -118,6 +119,23 @@ class _Build:
         if "template" in ref:
             return self.template(ref["template"], at, variables)
         return self.callback(ref, at, variables)
+
+    def conditions_read(self, when: Any, at: str, conditions: dict[str, Any]) -> tuple[str, ...]:
+        """The named conditions a route's ``when`` reads (``conditions['id']``): each must be a
+        registered condition callback, checked here at load; they join the step's conditions,
+        evaluated once per decision evaluation."""
+        if when is None or expressions.CONDITIONS not in getattr(when, "variables", ()):
+            return ()
+        try:
+            names = expressions.condition_names(when.ast)
+        except expressions.ExpressionCompileError as error:
+            self.add(at, error.problem.kind, error.problem.message)
+            return ()
+        for name in names:
+            found = self.callback({"callback": name, "category": "condition"}, at, V_STATE)
+            if found is not None:
+                conditions.setdefault(name, found)
+        return names
 
     def callback(self, ref: Mapping[str, Any], at: str, variables: tuple[str, ...] | None) -> Any:
         name, category = ref["callback"], ref["category"]
@@ -208,14 +226,17 @@ class _Build:
             for index, r in enumerate(s.get("routes") or []):
                 condition = None
                 when = None
+                uses: tuple[str, ...] = ()
                 if r.get("when"):
-                    when = comp(r["when"], f"{at}/routes/{index}/when", V_STATE)
+                    where = f"{at}/routes/{index}/when"
+                    when = comp(r["when"], where, V_WHEN)
+                    uses = self.conditions_read(when, where, conditions)
                 elif r.get("condition"):
                     condition = r["condition"]["callback"]
                     found = self.callback(r["condition"], f"{at}/routes/{index}/condition", V_STATE)
                     if found is not None:
                         conditions[condition] = found
-                routes.append(plan.Route(to=r.get("to") or "", when=when, condition=condition))
+                routes.append(plan.Route(to=r.get("to") or "", when=when, condition=condition, uses=uses))
             return plan.DecisionStep(
                 id=sid, type=kind, routes=tuple(routes), default=s.get("default") or "", conditions=conditions
             )

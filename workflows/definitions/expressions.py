@@ -307,6 +307,46 @@ def compile_ast(source: Any, variables: Iterable[str]) -> lark.Tree:
     return tree
 
 
+# --- named conditions in a decision's ``when`` ----------------------------------------------------
+
+CONDITIONS = "conditions"  # the binding of a decision route's ``when``: condition id -> boolean
+_CONDITION_NAME = re.compile(r"""^(['"])([A-Za-z0-9_.$:-]{1,255})\1$""")
+
+
+def _single_chain(node: Any) -> Any:
+    """The node at the end of a chain of one-child trees (``expr`` → … → ``primary``)."""
+    while isinstance(node, lark.Tree) and len(node.children) == 1 and isinstance(node.children[0], lark.Tree):
+        node = node.children[0]
+    return node
+
+
+def _is_conditions(node: Any) -> bool:
+    end = _single_chain(node)
+    return isinstance(end, lark.Tree) and end.data == "ident" and _ident_name(end) == CONDITIONS
+
+
+def condition_names(ast: lark.Tree) -> tuple[str, ...]:
+    """The named conditions an expression reads as ``conditions['id']``, so the compiler can
+    check at load that each is registered. Any other use of ``conditions`` (a computed id,
+    ``in``, a macro) is refused: its ids could not be checked."""
+    uses = sum(1 for node in ast.iter_subtrees() if node.data == "ident" and _ident_name(node) == CONDITIONS)
+    names: list[str] = []
+    for node in ast.iter_subtrees():
+        if node.data != "member_index" or len(node.children) != 2 or not _is_conditions(node.children[0]):
+            continue
+        literal = _single_chain(node.children[1])
+        token = literal.children[0] if isinstance(literal, lark.Tree) and literal.data == "literal" else None
+        found = _CONDITION_NAME.match(str(token)) if isinstance(token, lark.Token) else None
+        if found is None:
+            break
+        names.append(found.group(2))
+    if len(names) != uses:
+        raise ExpressionCompileError(
+            CompileProblem("expression", "conditions must be read as conditions['id'] with a literal condition id")
+        )
+    return tuple(dict.fromkeys(names))
+
+
 # --- values in and out -----------------------------------------------------------------------
 
 

@@ -145,6 +145,7 @@ class Route:
     to: str
     when: Computation | None = None  # CEL boolean
     condition: str | None = None  # named condition callback
+    uses: tuple[str, ...] = ()  # the named conditions ``when`` reads (``conditions['id']``)
 
 
 @dataclass(frozen=True)

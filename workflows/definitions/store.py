@@ -184,12 +184,22 @@ def source_metadata(row: DefinitionVersion) -> SourceMetadata:
 # --- reads and locks -------------------------------------------------------------------------
 
 
+def definition_lock_key(definition_id: str) -> str:
+    """The text whose hash names the per-definition-id advisory lock."""
+    return f"workflow-definition:{definition_id}"
+
+
+# -- name: lock_definition_id_shared
+# The per-definition-id lock in shared mode: what a start holds from its pin admission until it
+# commits, so no lifecycle operation (which takes it exclusively) changes the pinned row's
+# status in between, and a retirement's pin count sees the start's PENDING run.
+LOCK_DEFINITION_ID_SHARED = "SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))"
+
+
 def lock_definition_id(definition_id: str) -> None:
     """The per-definition-id lock, held until the transaction ends (see the module docstring)."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"workflow-definition:{definition_id}"]
-        )
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [definition_lock_key(definition_id)])
 
 
 def find(scope: str, definition_id: str, version: int, *, for_update: bool = False) -> DefinitionVersion | None:

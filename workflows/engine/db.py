@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, DataError, OperationalError, connection, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, DataError, InterfaceError, OperationalError, connection, connections
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.types.json import Jsonb
 
@@ -433,16 +433,25 @@ def sqlstate(exc: BaseException) -> str | None:
     return None
 
 
+# SQLSTATEs of failures that a retry of the whole transaction can get past: another
+# transaction held a lock too long or lost a deadlock or a serialization race, or the server
+# went away (class 08 connection exceptions; 57P01-57P03 shutdown, crash, not yet accepting;
+# 53300 too many connections). Anything else (a constraint, a type, a missing column, a
+# statement timeout, which is the segment deadline) fails the same way again.
+TRANSIENT_STATES = frozenset({LOCK_NOT_AVAILABLE, DEADLOCK, SERIALIZATION, "57P01", "57P02", "57P03", "53300"})
+
+
 def is_transient(exc: BaseException) -> bool:
-    """Connection loss, lock timeouts, deadlocks and serialization failures."""
+    """Connection loss, lock timeouts, deadlocks and serialization failures (the reference's
+    ``TransientDataAccessException``); a workflow error answers its own ``retryable``."""
     if isinstance(exc, LockTimeout | PersistenceError):
-        return True
+        return bool(exc.retryable)
     state = sqlstate(exc)
-    if state in (LOCK_NOT_AVAILABLE, DEADLOCK, SERIALIZATION):
-        return True
-    if state and state.startswith("08"):  # connection exceptions
-        return True
-    return isinstance(exc, OperationalError) and state != QUERY_CANCELED
+    if state:
+        return state in TRANSIENT_STATES or state.startswith("08")
+    # no SQLSTATE: the driver lost the connection (psycopg's OperationalError without a server
+    # answer) or finds it closed (InterfaceError)
+    return isinstance(exc, OperationalError | InterfaceError)
 
 
 def is_bad_value(exc: BaseException) -> bool:
@@ -453,7 +462,9 @@ def is_bad_value(exc: BaseException) -> bool:
 
 
 def map_database_error(exc: DatabaseError, operation: str) -> Exception:
-    """A value-free workflow error for a database failure (never the driver's text)."""
+    """A value-free workflow error for a database failure: framework text naming the operation
+    and the SQLSTATE, never the driver's text or an exception class. Retryable only when the
+    failure is transient (``is_transient``); any other is a technical failure (500)."""
     state = sqlstate(exc)
     if state in (LOCK_NOT_AVAILABLE, DEADLOCK):
         return LockTimeout(f"{operation}: the run is busy (lock timeout); retry the transaction")
@@ -465,7 +476,9 @@ def map_database_error(exc: DatabaseError, operation: str) -> Exception:
         return InvalidPayload(
             f"{operation}: {message}", violations=[Violation(pointer="", type="encoding", message=message)]
         )
-    return PersistenceError(f"{operation}: database failure ({type(exc).__name__}, sqlstate {state or 'unknown'})")
+    if is_transient(exc):
+        return PersistenceError(f"{operation}: database unavailable (sqlstate {state or 'unknown'}); retry")
+    return PersistenceError.technical(f"{operation}: database failure (sqlstate {state or 'unknown'})")
 
 
 def execute_batch(statements: Sequence[tuple[str, Params]]) -> int:
@@ -522,22 +535,32 @@ def may_commit() -> bool:
     )
 
 
-def fetchone_and_commit(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
-    """An operation's last statement and COMMIT in one round trip (``may_commit`` must hold).
+def fetchone_and_commit(
+    sql: str, params: Sequence[Any], *, before: Sequence[tuple[str, Params]] = ()
+) -> tuple[Any, ...] | None:
+    """An operation's last statement and COMMIT in one round trip (``may_commit`` must hold);
+    ``before``: statements sent ahead of it in the same round trip (their rows are dropped).
     Its ``transaction.atomic()`` then commits nothing more and runs the on-commit callbacks;
     nothing may run on the connection before that block exits."""
     with _cursor(True) as cur:
-        _last_and_commit(cur, sql, params)
+        _last_and_commit(cur, sql, params, before)
         row = cur.fetchone()
         return decode_row(row, shape(cur, sql)[1]) if row is not None else None
 
 
-def _last_and_commit(cur: Any, sql: str, params: Sequence[Any]) -> None:
+def _last_and_commit(cur: Any, sql: str, params: Sequence[Any], before: Sequence[tuple[str, Params]] = ()) -> None:
     """A transaction's last statement, after the writes still deferred, and COMMIT: one round trip."""
     raw = cur.connection
-    with _transaction_pipeline(raw):
-        _queue(cur, sql, params)
-        _commit(raw)
+    ahead = [psycopg.Cursor(raw) for _ in before]
+    try:
+        with _transaction_pipeline(raw):
+            for other, (sql0, params0) in zip(ahead, before, strict=True):
+                _queue(other, sql0, params0)
+            _queue(cur, sql, params)
+            _commit(raw)
+    finally:
+        for other in ahead:
+            other.close()
 
 
 def fused(statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[str, list[Any]]:

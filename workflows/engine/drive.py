@@ -54,6 +54,16 @@ class RedoWithSavepoints(BaseException):
     A BaseException, so no ``except Exception`` on the way up mistakes it for a failure."""
 
 
+class InitialisationFailed(Exception):
+    """The application's initial state or subject resolver failed in a start's segment: the
+    segment rolls back, the run stays PENDING and the claim lapses, so the start is claimed
+    again (its attempts bound the retries; a START that spends them fails its run)."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(f"the {field} of the run failed")
+        self.field = field
+
+
 class DeterministicFailure(Exception):
     """The application failed deterministically (payload, callback, expression, definition).
 

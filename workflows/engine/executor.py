@@ -20,7 +20,7 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from workflows import conf
 from workflows.definitions.plan import Plan
 from workflows.engine import db, effects, faults, locks, observers, outbox, outcomes, segment
-from workflows.engine.drive import DeadlineExceeded, DeterministicFailure, StepLimitExceeded
+from workflows.engine.drive import DeadlineExceeded, DeterministicFailure, InitialisationFailed, StepLimitExceeded
 from workflows.exceptions import DefinitionError, VersionNotRunnable, WorkflowError
 
 log = logging.getLogger("workflows.engine")
@@ -467,6 +467,12 @@ def _disposed(exc: Exception, head: Head, token: Any, deadline: float, margin: f
     if isinstance(exc, DeadlineExceeded):
         log.debug("segment of command %s passed its deadline; the lease will lapse", head.id)
         return "DEADLINE"
+    if isinstance(exc, InitialisationFailed):
+        # rolled back: the run stays PENDING and the claim lapses (the attempt stays spent),
+        # so the start is claimed again; the cause goes to the DEBUG log only (it can quote values)
+        log.error("command %s: %s; run %s stays PENDING until the claim lapses", head.id, exc, head.run_id)
+        log.debug("failure of command %s", head.id, exc_info=True)
+        return "LAPSED"
     if isinstance(exc, DeterministicFailure | StepLimitExceeded | WorkflowError):
         if isinstance(exc, WorkflowError) and exc.retryable:
             _retry_transient(head, token, f"TRANSIENT: {exc.code}")
@@ -489,15 +495,17 @@ def _disposed(exc: Exception, head: Head, token: Any, deadline: float, margin: f
             return "DEADLINE"
         if db.is_transient(exc):
             close_old_connections()
-            _retry_transient(head, token, f"TRANSIENT: database failure ({type(exc).__name__})")
+            _retry_transient(head, token, f"TRANSIENT: database failure (sqlstate {db.sqlstate(exc) or 'unknown'})")
             return "TRANSIENT"
-    # exception text can quote values: only its type above DEBUG
-    where, what = (
-        ("in the database", "database error") if isinstance(exc, DatabaseError) else ("", "the segment failed")
-    )
-    log.error("command %s failed %s(%s)", head.id, f"{where} " if where else "", type(exc).__name__)
+    # exception text can quote values: only its type above DEBUG, and in last_error and the
+    # run's failure only framework text (a SQLSTATE is a code, never a class name or text)
+    if isinstance(exc, DatabaseError):
+        where, what = "in the database ", f"database error (sqlstate {db.sqlstate(exc) or 'unknown'})"
+    else:
+        where, what = "", "the segment failed"
+    log.error("command %s failed %s(%s)", head.id, where, type(exc).__name__)
     log.debug("failure of command %s", head.id, exc_info=True)
-    _fail(head, token, f"DETERMINISTIC_FAILURE: {what} ({type(exc).__name__})", step_limit=False, deadline=deadline)
+    _fail(head, token, f"DETERMINISTIC_FAILURE: {what}", step_limit=False, deadline=deadline)
     return "FAILED"
 
 

@@ -28,9 +28,21 @@ RUN_COLUMNS = (
 )
 
 
+# The bound is set (SET LOCAL) in the scan below the row lock, so it applies to this very
+# wait; the caller's own lock_timeout is kept aside first (left to right in the target list)
+# and RESTORE_LOCK_TIMEOUT, sent in the same round trip right behind, puts it back: the bound
+# is the recording's, never the rest of the caller's transaction's.
 LOCK_RUN = (
-    f"SELECT set_config('lock_timeout', %s, true) AS _bound, {RUN_COLUMNS} FROM workflow_runs "
+    "SELECT set_config('workflows.caller_lock_timeout', current_setting('lock_timeout'), true) AS _kept, "
+    f"set_config('lock_timeout', %s, true) AS _bound, {RUN_COLUMNS} FROM workflow_runs "
     "WHERE id = %s FOR NO KEY UPDATE"
+)
+RESTORE_LOCK_TIMEOUT = (
+    # nothing kept (no such run: the bound was never set) leaves lock_timeout alone; the kept
+    # value is cleared, so a later recording of the transaction keeps the caller's value afresh
+    "SELECT set_config('lock_timeout', coalesce(nullif(current_setting('workflows.caller_lock_timeout', true), ''), "
+    "current_setting('lock_timeout')), true) AS lock_timeout, "
+    "set_config('workflows.caller_lock_timeout', '', true) AS _cleared"
 )
 TRY_LOCK_RUN = f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT"
 
@@ -50,6 +62,7 @@ def _locked(data: dict[str, Any] | None) -> dict[str, Any]:
     if data is None:
         raise InstanceNotFound("run not found")
     data.pop("_bound", None)
+    data.pop("_kept", None)
     return data
 
 
@@ -58,22 +71,19 @@ def lock_run_and_read(run_id: UUID | str, sql: str, params: list[Any]) -> tuple[
     after the lock is held, with a snapshot of its own): (run, the read's first row or None)."""
     timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
     with _waiting_lock():
-        data, row = db.fetchdict_batch([(LOCK_RUN, [f"{int(timeout_ms)}ms", run_id]), (sql, params)])
+        # the read under the same bound (a row of the run, locked after it), then the restore
+        data, row, _ = db.fetchdict_batch(
+            [(LOCK_RUN, [f"{int(timeout_ms)}ms", run_id]), (sql, params), (RESTORE_LOCK_TIMEOUT, ())]
+        )
     return _locked(data), row
 
 
 def lock_run(run_id: UUID | str) -> dict[str, Any]:
-    """Take the run's execution lock for the caller's transaction (waits ≤ LOCK_TIMEOUT_MS)."""
+    """Take the run's execution lock for the caller's transaction (waits ≤ LOCK_TIMEOUT_MS).
+    The caller's lock_timeout is back in force once the lock is held (``LOCK_RUN``)."""
     timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
-    data = None
-    with _waiting_lock(), db._cursor(True) as cur:
-        # SET LOCAL, evaluated in the scan below the row lock, so the bound applies to this
-        # very wait; it holds for the rest of the transaction (lock waits only)
-        db.run(cur, LOCK_RUN, [f"{int(timeout_ms)}ms", run_id])
-        row = cur.fetchone()
-        if row is not None:
-            cols, json_columns = db.shape(cur, LOCK_RUN)
-            data = dict(zip(cols, db.decode_row(row, json_columns), strict=True))
+    with _waiting_lock():
+        data, _ = db.fetchdict_batch([(LOCK_RUN, [f"{int(timeout_ms)}ms", run_id]), (RESTORE_LOCK_TIMEOUT, ())])
     return _locked(data)
 
 

@@ -470,7 +470,7 @@ def deliver_claimed(intent: dict[str, Any]) -> str:
         error = (
             f"DELIVERY_REFUSED: {getattr(exc, 'reason', 'refused')}"
             if permanent
-            else f"DELIVERY_FAILED: attempt {intent['attempts']} failed ({type(exc).__name__})"
+            else f"DELIVERY_FAILED: attempt {intent['attempts']} failed"
         )
         db.execute(
             "UPDATE workflow_outbox SET status = %s, token = NULL, lease_until = NULL, last_error = %s, "

@@ -22,11 +22,13 @@ from workflows.exceptions import (
     IdempotencyConflict,
     InstanceNotFound,
     InvalidPayload,
+    LifecycleError,
     MigrationIllegalState,
     SignalLimit,
     SignalRejected,
     TaskNotFound,
     TaskNotWaiting,
+    VersionNotRunnable,
     Violation,
 )
 
@@ -92,12 +94,28 @@ def _absent(actor: Actor, kind: str) -> None:
         observers.emit(observers.ActorAbsent(kind))
 
 
-def _last(statement: tuple[str, list[Any]], idempotency_key: str | None) -> tuple[Any, ...] | None:
-    """A recording's command insert. When the operation opened the transaction itself and
-    nothing follows (no dedup row to point at the command), the COMMIT travels with it."""
+def _last(
+    statement: tuple[str, list[Any]], idempotency_key: str | None, *, before: list[tuple[str, list[Any]]] | None = None
+) -> tuple[Any, ...] | None:
+    """A recording's command insert (``before``: statements sent ahead of it in the same round
+    trip). When the operation opened the transaction itself and nothing follows (no dedup row
+    to point at the command), the COMMIT travels with it."""
     if not idempotency_key and db.may_commit():
-        return db.fetchone_and_commit(*statement)
+        return db.fetchone_and_commit(*statement, before=before or ())
+    if before:
+        return db.fetch_batch([*before, statement])[-1]
     return db.fetchone(*statement, prepared=True)
+
+
+# -- name: start_admission
+# The chosen row's status as the insert sees it, and (above READ COMMITTED only) a key-share
+# lock of the row, so a status changed after the caller's snapshot fails to serialize.
+ADMISSION = (
+    "admitted AS (SELECT status FROM workflow_definitions WHERE scope = %s AND definition_id = %s AND version = %s), "
+    "fence AS (SELECT 1 FROM workflow_definitions WHERE scope = %s AND definition_id = %s AND version = %s "
+    "AND current_setting('transaction_isolation') <> 'read committed' FOR KEY SHARE)"
+)
+COMMAND_RETURNING = " RETURNING id, recorded_at, available_at, fire_at"
 
 
 # --- start ---------------------------------------------------------------------------------
@@ -115,7 +133,7 @@ def start(
     context: Any = None,
     parent: dict[str, Any] | None = None,
 ) -> Recorded:
-    from workflows.definitions import schemas, selection
+    from workflows.definitions import schemas, selection, store
 
     start_scope = scope or "default"
     _check_key(idempotency_key, "idempotency key")
@@ -151,13 +169,15 @@ def start(
         assert found is not None
         return _replay_start(found, fp, version)
     parent = parent or {}
+    pin = [chosen.scope, definition_id, chosen.version]
     run_row = (
         "INSERT INTO workflow_runs (id, scope, definition_id, version, plan_hash, start_scope, status, state, "
         "state_version, current_step, wait, subject_type, subject_id, subject_version, business_key, context, "
         "failure_code, failure_message, parent_run_id, parent_step, parent_branch, call_depth, compensation, "
         "next_seq, open_signals, history_seq, cancel_reason, created_at, updated_at, ended_at, actor_kind, actor_id, "
-        "actor_reason, on_behalf_of, attribution_status) VALUES (%s,%s,%s,%s,%s,%s,'PENDING',NULL,0,NULL,NULL,'','',"
-        "'',%s,%s,'','',%s,%s,%s,%s,NULL,2,0,0,'',now(),now(),NULL,%s,%s,%s,%s,%s)",
+        "actor_reason, on_behalf_of, attribution_status) SELECT %s,%s,%s,%s,%s,%s,'PENDING',NULL,0,NULL,NULL,'','',"
+        "'',%s,%s,'','',%s,%s,%s,%s,NULL,2,0,0,'',now(),now(),NULL,%s,%s,%s,%s,%s "
+        "FROM admitted WHERE admitted.status = 'AVAILABLE' AND (SELECT count(*) FROM fence) >= 0 RETURNING id",
         [
             run_id,
             chosen.scope,
@@ -186,9 +206,29 @@ def start(
         fp=fp,
         context=context,
     )
-    both = (f"WITH r AS ({run_row[0]}) {sql}", [*run_row[1], *params])
+    # pin admission: the row's status read again in the insert itself, after the shared
+    # definition lock (sent ahead in the same round trip) is held, so a deprecation or
+    # retirement committed since the selection read is seen (READ COMMITTED), and none can
+    # commit before this start does; above READ COMMITTED the row lock (``fence``) turns a
+    # change after the caller's snapshot into a serialization failure (retryable)
+    assert sql.startswith("INSERT INTO workflow_commands") and ") VALUES (" in sql and sql.endswith(COMMAND_RETURNING)
+    command_row = sql.replace(") VALUES (", ") SELECT ", 1)[: -len(COMMAND_RETURNING)]
+    both = (
+        f"WITH {ADMISSION}, r AS ({run_row[0]}), c AS ({command_row[:-1]} FROM r{COMMAND_RETURNING}) "
+        "SELECT c.id, c.recorded_at, c.available_at, c.fire_at, (SELECT status FROM admitted) AS admitted "
+        "FROM (SELECT 1) AS one LEFT JOIN c ON true",
+        [*pin, *pin, *run_row[1], *params],
+    )
     _absent(actor, "START")
-    cmd = commands.inserted(_last(both, idempotency_key), seq, "START")
+    lock = (store.LOCK_DEFINITION_ID_SHARED, [store.definition_lock_key(definition_id)])
+    row = _last(both, idempotency_key, before=[lock])
+    if row is None or row[0] is None:
+        status = row[4] if row is not None else None
+        key = f"version {chosen.version} of {named(definition_id)}"
+        if status is None:
+            raise VersionNotRunnable(f"{key} has no published row")
+        raise LifecycleError(f"{key} is {str(status).lower()}; a start is admitted to an available version only")
+    cmd = commands.inserted(row, seq, "START")
     if idempotency_key:
         db.execute(
             "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'START' AND scope = %s AND key = %s",

@@ -22,7 +22,13 @@ from workflows.definitions import plan as p
 from workflows.definitions.plan import Plan
 from workflows.engine import commands, db, driver, faults, locks, observers, outbox, outcomes, teardown, waits
 from workflows.engine.actors import Actor
-from workflows.engine.drive import DeterministicFailure, Drive, RedoWithSavepoints, StepLimitExceeded
+from workflows.engine.drive import (
+    DeterministicFailure,
+    Drive,
+    InitialisationFailed,
+    RedoWithSavepoints,
+    StepLimitExceeded,
+)
 from workflows.engine.evaluate import apply_set, evaluate
 from workflows.engine.nodes.base import WAIT
 
@@ -285,14 +291,23 @@ def initialise(drive: Drive, payload: Any) -> None:
     """The initial state (initialState CEL / mapper, or the payload), the subject, the baseline."""
     plan = drive.plan
     assert plan is not None
+    # the application's initial state and subject resolver may fail for reasons of the moment
+    # (a lookup they make): the segment rolls back and the run stays PENDING until the claim
+    # lapses and the start is claimed again (engine.txt, "Starting an instance")
     if plan.initial_state is not None:
-        state = evaluate(plan.initial_state, {"payload": payload}, step=plan.initial_step, field="initialState")
+        try:
+            state = evaluate(plan.initial_state, {"payload": payload}, step=plan.initial_step, field="initialState")
+        except DeterministicFailure as exc:
+            raise InitialisationFailed("initial state") from exc
     else:
         state = payload if payload is not None else {}
     drive.run["state"] = state
     drive.run["state_version"] = 1
     if plan.subject is not None:
-        subject = evaluate(plan.subject, {"state": state}, step=plan.initial_step, field="subject")
+        try:
+            subject = evaluate(plan.subject, {"state": state}, step=plan.initial_step, field="subject")
+        except DeterministicFailure as exc:
+            raise InitialisationFailed("subject") from exc
         if isinstance(subject, dict):
             drive.run["subject_type"] = str(subject.get("type") or "")[:64]
             drive.run["subject_id"] = str(subject.get("id") or "")[:255]

@@ -20,19 +20,27 @@ def _condition(name: str, state: object, step: str) -> bool:
 def execute(drive: Drive, step: DecisionStep) -> Outcome:
     state = drive.run["state"]
     chosen = step.default
+    # each named condition is evaluated at most once per decision evaluation, when a route
+    # first needs it (a ``condition`` route, or a ``when`` that reads ``conditions['id']``)
     conditions: dict[str, bool] = {}
+
+    def named_condition(name: str) -> bool:
+        if name not in conditions:
+            named = step.conditions.get(name)
+            conditions[name] = (
+                evaluate(named, {"state": state}, step=step.id, field="condition") is True
+                if named is not None
+                else _condition(name, state, step.id)
+            )
+        return conditions[name]
+
     for route in step.routes:
         if route.when is not None:
+            for name in route.uses:
+                named_condition(name)
             holds = evaluate(route.when, {"state": state, "conditions": conditions}, step=step.id, field="when")
         elif route.condition:
-            if route.condition not in conditions:
-                named = step.conditions.get(route.condition)
-                conditions[route.condition] = (
-                    evaluate(named, {"state": state}, step=step.id, field="condition") is True
-                    if named is not None
-                    else _condition(route.condition, state, step.id)
-                )
-            holds = conditions[route.condition]
+            holds = named_condition(route.condition)
         else:
             holds = False
         if holds is True:

@@ -95,6 +95,10 @@ def execute_fork(drive: Drive, step: p.ForkStep) -> Outcome:
 def _drive_branch(drive: Drive, branch: dict[str, Any], join: p.JoinStep, body: Any) -> None:
     with drive.in_branch(branch, join.id):
         outcome = body()
+        if outcome is WAIT:
+            # the parked signals this branch's wait accepts (addressed to it, or to the run);
+            # one may carry the branch on to its join, which the lines below then record
+            outcome = driver.drain_parked(drive)
     if outcome is BRANCH_DONE and branch["status"] not in ("FAILED",):
         branch["status"] = "COMPLETED"
         branch["result"] = branch["state"]
@@ -114,10 +118,6 @@ def _drive_branch(drive: Drive, branch: dict[str, Any], join: p.JoinStep, body: 
             actor=drive.actor,
         )
     _save_branch(branch)
-    if outcome is WAIT:
-        with drive.in_branch(branch, join.id):
-            driver.drain_parked(drive)
-        _save_branch(branch)
 
 
 def _supersede(drive: Drive, branches: list[dict[str, Any]]) -> None:
@@ -241,7 +241,7 @@ def apply_branch_signal(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
     target = cmd["target"] or {}
     name, branch_id = target.get("name", ""), target.get("branch", "")
     branch = _find_branch(drive, branch_id)
-    if branch is None or branch["status"] in ("COMPLETED", "FAILED", "CANCELLED", "SUPERSEDED"):
+    if branch is None or branch["status"] in segment.BRANCH_ENDED:
         drive.history.add(
             "COMMAND_STALE",
             command_id=cmd["id"],

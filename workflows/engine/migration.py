@@ -46,6 +46,7 @@ from workflows.definitions.plan import Plan
 from workflows.engine import db, driver, locks, observers, segment, teardown, waits
 from workflows.engine.actors import Actor
 from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
+from workflows.engine.outcomes import CANCELLED_REASON_SQL
 from workflows.exceptions import (
     InvalidPayload,
     MigrationIllegalState,
@@ -362,7 +363,7 @@ def _cancel(drive: Drive, cmd: dict[str, Any], target: dict[str, Any]) -> None:
         "WITH prior AS (SELECT id, status FROM workflow_commands WHERE run_id = %s AND id <> %s "
         "AND status IN ('PENDING','DEFERRED','CLAIMED','PARKED','DEAD') FOR UPDATE) "
         "UPDATE workflow_commands c SET status = 'CANCELLED', settled_at = now(), token = NULL, lease_until = NULL, "
-        "last_error = 'INSTANCE_CANCELLED: the run was cancelled' FROM prior WHERE c.id = prior.id "
+        f"last_error = {CANCELLED_REASON_SQL} FROM prior WHERE c.id = prior.id "
         "RETURNING c.id, c.kind, prior.status AS prior",
         [run["id"], cmd["id"]],
     )

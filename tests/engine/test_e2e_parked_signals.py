@@ -14,6 +14,7 @@ import pytest
 from tests.support.ops import make_due
 from tests.support.waiting import eventually
 from workflows import operations
+from workflows.exceptions import TaskNotWaiting
 from workflows.models import Branch, Command, HistoryEntry, Run, Task
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -304,3 +305,70 @@ def test_migration_rejects_the_parked_signals_the_target_never_waits_for_and_app
     assert run.open_signals == 0
     types = list(HistoryEntry.objects.filter(run_id=run_id).order_by("seq").values_list("type", "command_id"))
     assert types.index(("WORKFLOW_MIGRATED", moved.command_id)) < types.index(("SIGNAL_APPLIED", third.command_id))
+
+
+# An approval that requires the reviewed subject version to be the run's current one.
+STABLE_REVIEW = """
+definitionId: stable-review
+definitionVersion: 1
+contract: {name: stable-review.v1, signals: {}}
+stateSchema: {type: object}
+startPayloadSchema: {type: object}
+subject: "{'type': 'order', 'id': state.order, 'version': state.rev}"
+initialStep: review
+steps:
+  - id: review
+    type: human-task
+    title: Review
+    assignment: {mode: group, value: approvers}
+    requireVersionStability: true
+    decisions: [{name: approve, set: "{'approved': true}", next: done}]
+  - {id: done, type: complete}
+"""
+
+
+def test_a_completion_for_a_stale_subject_version_is_refused_and_the_current_one_completes_through_the_worker(
+    celery_worker_process: Any, deploy: Any
+) -> None:
+    deploy(STABLE_REVIEW)
+    run_id = operations.start(definition_id="stable-review", payload={"order": "O-1", "rev": "7"}).run_id
+    settle(run_id, celery_worker_process)
+    task = open_task(run_id, "review")
+    assert task.require_version_stability and Run.objects.get(pk=run_id).subject_version == "7"
+
+    with pytest.raises(TaskNotWaiting) as refused:
+        operations.complete_task(task_id=task.id, decision="approve", subject_version="6")
+    assert refused.value.code == "TASK_NOT_WAITING"
+    task.refresh_from_db()
+    assert task.status == "OPEN" and not Command.objects.filter(run_id=run_id, kind="COMPLETION").exists()
+
+    operations.complete_task(task_id=task.id, decision="approve", subject_version="7")
+    settle(run_id, celery_worker_process)
+    run = Run.objects.get(pk=run_id)
+    assert run.status == "COMPLETED" and run.state["approved"] is True
+
+
+def test_the_executor_checks_version_stability_from_the_plan_for_a_task_row_without_it_through_the_worker(
+    celery_worker_process: Any, deploy: Any
+) -> None:
+    deploy(STABLE_REVIEW)
+    run_id = operations.start(definition_id="stable-review", payload={"order": "O-2", "rev": "3"}).run_id
+    settle(run_id, celery_worker_process)
+    task = open_task(run_id, "review")
+    # a task row written before the stability column was stored: recording cannot check it
+    Task.objects.filter(pk=task.pk).update(require_version_stability=False)
+    stale = operations.complete_task(task_id=task.id, decision="approve", subject_version="2")
+    settle(run_id, celery_worker_process)
+
+    completion = command(stale.command_id)
+    assert completion.status == "REJECTED", celery_worker_process.logs()
+    assert completion.last_error.startswith("DETERMINISTIC_FAILURE") and "stale" in completion.last_error
+    task.refresh_from_db()
+    assert task.status == "OPEN" and task.reservation_owner is None
+    run = Run.objects.get(pk=run_id)
+    assert (run.status, run.current_step, run.state_version) == ("WAITING", "review", 1)
+    assert "approved" not in run.state
+
+    operations.complete_task(task_id=task.id, decision="approve", subject_version="3")
+    settle(run_id, celery_worker_process)
+    assert Run.objects.get(pk=run_id).status == "COMPLETED"

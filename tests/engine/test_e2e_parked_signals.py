@@ -372,3 +372,35 @@ def test_the_executor_checks_version_stability_from_the_plan_for_a_task_row_with
     operations.complete_task(task_id=task.id, decision="approve", subject_version="3")
     settle(run_id, celery_worker_process)
     assert Run.objects.get(pk=run_id).status == "COMPLETED"
+
+
+def test_retry_applies_a_branch_signal_parked_while_the_run_had_failed_through_the_worker(
+    celery_worker_process: Any, deploy: Any
+) -> None:
+    # Issue #26 (engine 143, 152, 160): a signal for a live branch, recorded while the run had
+    # failed, is parked for a retry; the retry returned the run to its join but applied no
+    # parked signal at the waits of its branches, so the signal stayed parked for good.
+    deploy(FAILING_FORK)
+    run_id = operations.start(definition_id="failing-fork", payload={}).run_id
+    settle(run_id, celery_worker_process)
+    make_due(run_id, "FIRE")
+    eventually(
+        lambda: Run.objects.get(pk=run_id).status == "FAILED",
+        timeout=60,
+        what="the run to fail at its timer",
+        details=celery_worker_process.logs,
+    )
+    for_quick = operations.signal(run_id=run_id, name="go", branch="quick")
+    settle(run_id, celery_worker_process)
+    assert command(for_quick.command_id).status == "PARKED"
+
+    retried = operations.retry(run_id=run_id)
+    settle(run_id, celery_worker_process)
+    assert command(retried.command_id).status == "COMPLETE", celery_worker_process.logs()
+    assert command(for_quick.command_id).status == "COMPLETE"
+    assert branch(run_id, "quick").status == "COMPLETED"
+    applied = HistoryEntry.objects.get(run_id=run_id, type="SIGNAL_APPLIED")
+    assert (applied.command_id, applied.branch_id) == (for_quick.command_id, "quick")
+    # the re-armed timer, due at its original time, runs the broken decision again
+    run = Run.objects.get(pk=run_id)
+    assert run.status == "FAILED" and run.open_signals == 0

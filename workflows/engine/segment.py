@@ -736,6 +736,8 @@ def _apply_retry(drive: Drive, cmd: dict[str, Any]) -> Settle:
             drive.decide(step=run["current_step"] or "", outcome="retry")
             outcome = driver.run_from(drive, run["current_step"] or plan.initial_step)
         _after_drive(drive, outcome)
+        if join_drainer is not None and run["status"] == "WAITING":
+            join_drainer(drive)  # back at a join: the parked signals of its waiting branches
     if drive.run["status"] in teardown.ENDED:
         return _completed(drive, cmd)
     offered = db.fetchall(
@@ -771,6 +773,7 @@ def _apply_migration(drive: Drive, cmd: dict[str, Any]) -> Settle:
 branch_handler: Callable[[Drive, dict[str, Any]], Settle] | None = None
 instance_signal_router: Callable[[Drive, dict[str, Any]], Settle | None] | None = None
 completion_branch_handler: Callable[[Drive, dict[str, Any], dict[str, Any]], Settle] | None = None
+join_drainer: Callable[[Drive], None] | None = None
 timer_branch_handler: Callable[[Drive, dict[str, Any], dict[str, Any]], Settle] | None = None
 resume_handler: Callable[[Drive, dict[str, Any]], Settle] | None = None
 migration_handler: Callable[[Drive, dict[str, Any]], Settle] | None = None

@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import transaction
 
+from tests.engine.test_e2e_worker_commands import TWO_WAITS
 from tests.support.ops import make_due
 from tests.support.waiting import eventually
-from workflows import operations
+from workflows import operations, queries
 from workflows.exceptions import TaskNotWaiting
 from workflows.models import Branch, Command, HistoryEntry, Run, Task
 
@@ -404,3 +406,33 @@ def test_retry_applies_a_branch_signal_parked_while_the_run_had_failed_through_t
     # the re-armed timer, due at its original time, runs the broken decision again
     run = Run.objects.get(pk=run_id)
     assert run.status == "FAILED" and run.open_signals == 0
+
+
+def test_a_pending_run_is_cancelled_without_running_any_workflow_code_through_the_worker(
+    celery_worker_process: Any, deploy: Any
+) -> None:
+    # its initial state cannot be computed: a cancel (or a worker) that computed it would fail
+    deploy(
+        TWO_WAITS.replace("definitionId: two-waits", "definitionId: never-started").replace(
+            "startPayloadSchema: {type: object}",
+            "startPayloadSchema: {type: object}\ninitialState: payload.no.such",
+        )
+    )
+    # one commit: the worker first sees the run already cancelled
+    with transaction.atomic():
+        recorded = operations.start(definition_id="never-started", payload={})
+        operations.cancel(run_id=recorded.run_id, reason="not needed")
+    settle(recorded.run_id, celery_worker_process)
+
+    run = Run.objects.get(pk=recorded.run_id)
+    assert run.status == "CANCELLED" and run.state is None and run.current_step is None
+    assert (run.subject_type, run.subject_id, run.subject_version) == ("", "", "")
+    start = command(recorded.command_id)
+    assert (start.status, start.last_error) == (
+        "CANCELLED",
+        "INSTANCE_CANCELLED: the run was cancelled (start not applied)",
+    )
+    types = list(HistoryEntry.objects.filter(run_id=run.id).order_by("seq").values_list("type", flat=True))
+    assert types == ["COMMAND_CANCELLED", "CANCELLED", "WORKFLOW_CANCELLED"]
+    shown = queries.query(run_id=run.id)
+    assert shown["state"] is None and shown["current_step"] is None and shown["status"] == "CANCELLED"

@@ -1,5 +1,5 @@
-"""Issue #26, signals and cancel: branch ids at the recording bound, what a cancel writes (and
-who a later COMMAND_CANCELLED names), and a cancel before the first segment.
+"""Issue #26, signals and cancel: branch ids at the recording bound, what a cancel writes and
+who a later COMMAND_CANCELLED names.
 
 Executor work runs in-process here (``executor.drain``, the code the worker runs) where a
 test arranges a crash the worker would race; the rest is in test_e2e_parked_signals.py.
@@ -13,7 +13,7 @@ import pytest
 
 from tests.engine.test_e2e_worker_commands import TWO_WAITS
 from tests.support.ops import EMAILER, outcome_unknown_next_command
-from workflows import operations, queries
+from workflows import operations
 from workflows.exceptions import InvalidPayload
 from workflows.models import Command, HistoryEntry, Run
 
@@ -113,28 +113,3 @@ class TestCancel:
             "INSTANCE_CANCELLED: the run was cancelled (start not applied)",
         )
         assert start.actor_id == "carol"  # the command keeps its recorder
-
-    def test_a_pending_run_is_cancelled_without_running_any_workflow_code(self, deploy: Any, drain: Any) -> None:
-        # the initial state of this document cannot be computed: a cancel that computed it fails
-        deploy(
-            TWO_WAITS.replace("definitionId: two-waits", "definitionId: never-started").replace(
-                "startPayloadSchema: {type: object}",
-                "startPayloadSchema: {type: object}\ninitialState: payload.no.such",
-            )
-        )
-        recorded = operations.start(definition_id="never-started", payload={})
-        operations.cancel(run_id=recorded.run_id, reason="not needed")
-        drain()
-
-        run = Run.objects.get(pk=recorded.run_id)
-        assert run.status == "CANCELLED" and run.state is None and run.current_step is None
-        assert (run.subject_type, run.subject_id, run.subject_version) == ("", "", "")
-        start = Command.objects.get(pk=recorded.command_id)
-        assert (start.status, start.last_error) == (
-            "CANCELLED",
-            "INSTANCE_CANCELLED: the run was cancelled (start not applied)",
-        )
-        types = list(HistoryEntry.objects.filter(run_id=run.id).order_by("seq").values_list("type", flat=True))
-        assert types == ["COMMAND_CANCELLED", "CANCELLED", "WORKFLOW_CANCELLED"]
-        shown = queries.query(run_id=run.id)
-        assert shown["state"] is None and shown["current_step"] is None and shown["status"] == "CANCELLED"

@@ -430,7 +430,7 @@ def test_a_pending_run_is_cancelled_without_running_any_workflow_code_through_th
     start = command(recorded.command_id)
     assert (start.status, start.last_error) == (
         "CANCELLED",
-        "INSTANCE_CANCELLED: the run was cancelled (start not applied)",
+        "INSTANCE_CANCELLED: the run was cancelled (START not applied)",
     )
     types = list(HistoryEntry.objects.filter(run_id=run.id).order_by("seq").values_list("type", flat=True))
     assert types == ["COMMAND_CANCELLED", "CANCELLED", "WORKFLOW_CANCELLED"]

@@ -78,9 +78,9 @@ class TestCancel:
             )
         )
         assert reasons == {
-            early.command_id: "INSTANCE_CANCELLED: the run was cancelled (signal not applied)",
-            queued.command_id: "INSTANCE_CANCELLED: the run was cancelled (signal not applied)",
-            timeout.id: "INSTANCE_CANCELLED: the run was cancelled (timer not applied)",
+            early.command_id: "INSTANCE_CANCELLED: the run was cancelled (SIGNAL not applied)",
+            queued.command_id: "INSTANCE_CANCELLED: the run was cancelled (SIGNAL not applied)",
+            timeout.id: "INSTANCE_CANCELLED: the run was cancelled (TIMER not applied)",
         }
         assert _cancelled_entries(run_id) == dict.fromkeys(
             [early.command_id, queued.command_id, timeout.id], ("INSTANCE_CANCELLED", "USER", "alice")
@@ -110,6 +110,6 @@ class TestCancel:
         start = Command.objects.get(pk=start_id)
         assert (start.status, start.last_error) == (
             "CANCELLED",
-            "INSTANCE_CANCELLED: the run was cancelled (start not applied)",
+            "INSTANCE_CANCELLED: the run was cancelled (START not applied)",
         )
         assert start.actor_id == "carol"  # the command keeps its recorder

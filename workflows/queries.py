@@ -574,15 +574,15 @@ def runs_by_revision() -> list[dict[str, Any]]:
 
 def parked_by_position() -> list[dict[str, Any]]:
     """Parked runs per position (revision + node), main path only — the count the Migrate
-    dialog moves — from the partial index of open parks; with the oldest wait's age."""
-    from workflows.engine.migration import OLDEST_AT_POSITION
+    dialog moves, so FAILED runs left out — from the partial index of open parks; with the
+    oldest wait's age."""
+    from workflows.engine.migration import OLDEST_AT_POSITION, counted_positions
 
     return _ops_dicts(
         "SELECT c.definition_id, c.scope, c.version, c.node, c.kind, c.runs, "
-        f"EXTRACT(EPOCH FROM now() - {OLDEST_AT_POSITION})::float AS oldest_seconds FROM (SELECT definition_id, scope, "
-        "version, node, kind, sum(runs) AS runs FROM workflow_park_counts "
-        "GROUP BY definition_id, scope, version, node, kind HAVING sum(runs) > 0) c "
-        "ORDER BY c.definition_id, c.scope, c.version DESC, c.node"
+        f"EXTRACT(EPOCH FROM now() - {OLDEST_AT_POSITION})::float AS oldest_seconds FROM "
+        + counted_positions("true", "true")
+        + " ORDER BY c.definition_id, c.scope, c.version DESC, c.node"
     )
 
 

@@ -111,18 +111,32 @@ def apply_signal(drive: Drive, *, name: str, payload: Any, step_actor: Any = Non
     return run_from(drive, step.next or "")
 
 
-def drain_parked(drive: Drive) -> None:
-    """Apply the parked signals the reached wait accepts, in queue order, each in a savepoint.
+def addressed_here(drive: Drive, row: dict[str, Any]) -> bool:
+    """Whether a parked signal may be applied at the wait being drained: a branch-addressed
+    one only at a wait of that branch (never in a sibling branch, nor at the run's own wait
+    after the join); an instance-addressed one at any wait that accepts its name."""
+    branch = (row["target"] or {}).get("branch")
+    if not branch:
+        return True
+    return drive.branch is not None and str(branch) == drive.branch_id
 
-    Only while the nodes executed are at most half the budget; past that the remaining
-    accepted signals go back to PENDING at their position and run as segments of their own.
+
+def drain_parked(drive: Drive) -> Outcome:
+    """Apply the parked signals the reached wait accepts, in queue order, each in a savepoint;
+    answers the outcome of the last drive (WAIT when none was applied or it waits again).
+
+    Only while the nodes executed are at most half the budget. When the next one would start
+    beyond that, or its application overruns the budget inside its savepoint, it and every
+    other signal the wait accepts go back to PENDING at their positions (none is applied out
+    of queue order) and each runs as a segment of its own.
     """
     from workflows.engine import segment
 
+    outcome: Outcome = WAIT
     while drive.run["status"] == "WAITING":
         wait = drive.run["wait"] or {}
         if wait.get("kind") != "signal":
-            return
+            return outcome
         rows = db.fetchdicts(
             "SELECT id, seq, payload, target, recorded_at, actor_kind, actor_id, actor_reason, on_behalf_of, "
             "attribution_status FROM workflow_commands WHERE run_id = %s AND status = 'PARKED' AND kind = 'SIGNAL' "
@@ -132,21 +146,46 @@ def drain_parked(drive: Drive) -> None:
         candidates = [
             r
             for r in rows
-            if accepts(wait, (r["target"] or {}).get("name", ""), (r["target"] or {}).get("branch"))
+            if addressed_here(drive, r)
+            and accepts(wait, (r["target"] or {}).get("name", ""))
             and not deadline_blocked(drive.run["id"], wait, r["recorded_at"])
         ]
         if not candidates:
-            return
+            return outcome
         if drive.steps > drive.max_steps // 2:
-            db.execute(
-                "UPDATE workflow_commands SET status = 'PENDING', available_at = now() "
-                "WHERE id = ANY(%s) AND status = 'PARKED'",
-                [[c["id"] for c in candidates]],
-            )
-            return
-        first = candidates[0]
-        if not segment.apply_parked(drive, first):
-            continue  # rejected: look at the remaining ones at the same wait
+            _requeue(drive, candidates)
+            return outcome
+        applied = segment.apply_parked(drive, candidates[0])
+        if applied is segment.OVERRUN:
+            _requeue(drive, candidates)
+            return outcome
+        if applied is not segment.REJECTED:
+            outcome = applied
+        # rejected: look at the remaining ones at the same wait
+    return outcome
 
 
-__all__ = ["END", "WAIT", "Next", "StepLimitExceeded", "accepts", "apply_signal", "drain_parked", "run_from"]
+def _requeue(drive: Drive, candidates: list[dict[str, Any]]) -> None:
+    """Back to PENDING, each at its own position (sequence and order kept), for segments of
+    their own; they keep their open-signal slots."""
+    from workflows.engine import wakeups
+
+    db.execute(
+        "UPDATE workflow_commands SET status = 'PENDING', available_at = now() "
+        "WHERE id = ANY(%s) AND status = 'PARKED'",
+        [[c["id"] for c in candidates]],
+    )
+    wakeups.wake(drive.run["id"])
+
+
+__all__ = [
+    "END",
+    "WAIT",
+    "Next",
+    "StepLimitExceeded",
+    "accepts",
+    "addressed_here",
+    "apply_signal",
+    "drain_parked",
+    "run_from",
+]

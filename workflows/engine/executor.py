@@ -200,8 +200,7 @@ def _claim_slow(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | N
         )
         if cmd is None:
             return None
-        branch = (cmd["target"] or {}).get("branch") if cmd["kind"] == "SIGNAL" else None
-        decision = outcomes.decide(cmd["kind"], run["status"], branch_addressed=bool(branch))
+        decision = segment.outcome_of(run, cmd)
         if decision in (outcomes.REJECT, outcomes.STALE, outcomes.CANCEL):
             _settle_at_claim(run, cmd, decision)
             return None

@@ -95,6 +95,10 @@ def execute_fork(drive: Drive, step: p.ForkStep) -> Outcome:
 def _drive_branch(drive: Drive, branch: dict[str, Any], join: p.JoinStep, body: Any) -> None:
     with drive.in_branch(branch, join.id):
         outcome = body()
+        if outcome is WAIT:
+            # the parked signals this branch's wait accepts (addressed to it, or to the run);
+            # one may carry the branch on to its join, which the lines below then record
+            outcome = driver.drain_parked(drive)
     if outcome is BRANCH_DONE and branch["status"] not in ("FAILED",):
         branch["status"] = "COMPLETED"
         branch["result"] = branch["state"]
@@ -114,10 +118,6 @@ def _drive_branch(drive: Drive, branch: dict[str, Any], join: p.JoinStep, body: 
             actor=drive.actor,
         )
     _save_branch(branch)
-    if outcome is WAIT:
-        with drive.in_branch(branch, join.id):
-            driver.drain_parked(drive)
-        _save_branch(branch)
 
 
 def _supersede(drive: Drive, branches: list[dict[str, Any]]) -> None:
@@ -241,7 +241,7 @@ def apply_branch_signal(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
     target = cmd["target"] or {}
     name, branch_id = target.get("name", ""), target.get("branch", "")
     branch = _find_branch(drive, branch_id)
-    if branch is None or branch["status"] in ("COMPLETED", "FAILED", "CANCELLED", "SUPERSEDED"):
+    if branch is None or branch["status"] in segment.BRANCH_ENDED:
         drive.history.add(
             "COMMAND_STALE",
             command_id=cmd["id"],
@@ -347,8 +347,28 @@ def apply_branch_timer(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any])
     return settle
 
 
+def drain_waiting_branches(drive: Drive) -> None:
+    """A run returned to its join without driving its branches (a retry of a run that failed
+    while it waited there): apply the parked signals each waiting branch's wait accepts, as a
+    segment that reached those waits would have, then decide the join and go on."""
+    plan = drive.plan
+    assert plan is not None
+    wait = drive.run["wait"] or {}
+    fork = plan.steps.get(str(wait.get("fork") or ""))
+    if wait.get("kind") != "join" or not isinstance(fork, p.ForkStep) or not int(drive.run["open_signals"] or 0):
+        return  # not at a join, or nothing parked (a parked signal holds an open-signal slot)
+    join = _join_step(plan, fork)
+    for branch in _branches(drive.run["id"], fork.id):
+        if branch["status"] == "WAITING" and (branch["wait"] or {}).get("kind") == "signal":
+            _drive_branch(drive, branch, join, lambda: WAIT)
+            if drive.run["status"] not in ("WAITING", "RUNNING"):
+                return  # an `end` in the branch terminated the run
+    segment._after_drive(drive, decide_join(drive, fork.id))
+
+
 def install() -> None:
     segment.branch_handler = apply_branch_signal
+    segment.join_drainer = drain_waiting_branches
     segment.instance_signal_router = route_instance_signal
     segment.completion_branch_handler = apply_branch_completion
     segment.timer_branch_handler = apply_branch_timer

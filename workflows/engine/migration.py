@@ -46,6 +46,7 @@ from workflows.definitions.plan import Plan
 from workflows.engine import db, driver, locks, observers, segment, teardown, waits
 from workflows.engine.actors import Actor
 from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
+from workflows.engine.outcomes import CANCELLED_REASON_SQL
 from workflows.exceptions import (
     InvalidPayload,
     MigrationIllegalState,
@@ -362,7 +363,7 @@ def _cancel(drive: Drive, cmd: dict[str, Any], target: dict[str, Any]) -> None:
         "WITH prior AS (SELECT id, status FROM workflow_commands WHERE run_id = %s AND id <> %s "
         "AND status IN ('PENDING','DEFERRED','CLAIMED','PARKED','DEAD') FOR UPDATE) "
         "UPDATE workflow_commands c SET status = 'CANCELLED', settled_at = now(), token = NULL, lease_until = NULL, "
-        "last_error = 'INSTANCE_CANCELLED: the run was cancelled' FROM prior WHERE c.id = prior.id "
+        f"last_error = {CANCELLED_REASON_SQL} FROM prior WHERE c.id = prior.id "
         "RETURNING c.id, c.kind, prior.status AS prior",
         [run["id"], cmd["id"]],
     )
@@ -425,41 +426,68 @@ def install() -> None:
 # closed (migration 0008): a position costs its stripes (at most 16 rows), not its runs. The
 # oldest wait of a position is the first entry of the partial index workflow_park_open
 # (definition_id, scope, version, node, kind, since WHERE left_at IS NULL AND branch_id = '').
+#
+# A FAILED run keeps the park of the wait it failed in (a retry returns it there), but it
+# cannot be moved (a migration of a failed run is rejected), so it is not counted as parked:
+# the open parks of the definition's FAILED runs — few, found through the runs' pin index and
+# the parks' run index — are taken off the counts, and left out of the oldest wait, the
+# picker and the frozen selection.
+NOT_FAILED = "NOT EXISTS (SELECT 1 FROM workflow_runs fr WHERE fr.id = p.run_id AND fr.status = 'FAILED')"
 OLDEST_AT_POSITION = (
     "(SELECT p.since FROM workflow_parks p WHERE p.left_at IS NULL AND p.branch_id = '' "
     "AND p.definition_id = c.definition_id AND p.scope = c.scope AND p.version = c.version AND p.node = c.node "
-    "AND p.kind = c.kind ORDER BY p.since LIMIT 1)"
+    f"AND p.kind = c.kind AND {NOT_FAILED} ORDER BY p.since LIMIT 1)"
 )
+
+
+def counted_positions(where: str, failed_where: str) -> str:
+    """The open main-path parks per position (``where`` over workflow_park_counts), less
+    those of FAILED runs (``failed_where`` over their runs ``r``): a subquery ``c`` of
+    (definition_id, scope, version, node, kind, runs) with runs > 0."""
+    return (
+        "(SELECT k.definition_id, k.scope, k.version, k.node, k.kind, k.runs - coalesce(f.runs, 0) AS runs FROM "
+        "(SELECT definition_id, scope, version, node, kind, sum(runs) AS runs FROM workflow_park_counts "
+        f"WHERE {where} GROUP BY definition_id, scope, version, node, kind) k LEFT JOIN "
+        "(SELECT p.definition_id, p.scope, p.version, p.node, p.kind, count(*) AS runs FROM workflow_runs r "
+        "JOIN workflow_parks p ON p.run_id = r.id AND p.left_at IS NULL AND p.branch_id = '' "
+        f"WHERE r.status = 'FAILED' AND {failed_where} "
+        "GROUP BY p.definition_id, p.scope, p.version, p.node, p.kind) f "
+        "ON (f.definition_id, f.scope, f.version, f.node, f.kind) "
+        "= (k.definition_id, k.scope, k.version, k.node, k.kind) "
+        "WHERE k.runs - coalesce(f.runs, 0) > 0) c"
+    )
+
 
 # -- name: positions
 # One row per position of a revision that holds parked runs.
 POSITIONS = (
-    f"SELECT c.node, c.kind, c.runs, {OLDEST_AT_POSITION} AS oldest FROM (SELECT definition_id, scope, version, "
-    "node, kind, sum(runs) AS runs FROM workflow_park_counts WHERE definition_id = %s AND scope = %s AND version = %s "
-    "GROUP BY definition_id, scope, version, node, kind HAVING sum(runs) > 0) c ORDER BY c.node, c.kind"
+    f"SELECT c.node, c.kind, c.runs, {OLDEST_AT_POSITION} AS oldest FROM "
+    + counted_positions(
+        "definition_id = %(d)s AND scope = %(s)s AND version = %(v)s",
+        "r.definition_id = %(d)s AND r.scope = %(s)s AND r.version = %(v)s",
+    )
+    + " ORDER BY c.node, c.kind"
 )
 
 # -- name: positions_by_revision
 # The positions of every revision of a definition (the dialog reads its header and its rows
 # from this one statement).
 POSITIONS_BY_REVISION = (
-    f"SELECT c.version, c.node, c.kind, c.runs, {OLDEST_AT_POSITION} AS oldest FROM (SELECT definition_id, scope, "
-    "version, node, kind, sum(runs) AS runs FROM workflow_park_counts WHERE definition_id = %s AND scope = %s "
-    "GROUP BY definition_id, scope, version, node, kind HAVING sum(runs) > 0) c ORDER BY c.version, c.node, c.kind"
+    f"SELECT c.version, c.node, c.kind, c.runs, {OLDEST_AT_POSITION} AS oldest FROM "
+    + counted_positions("definition_id = %(d)s AND scope = %(s)s", "r.definition_id = %(d)s AND r.scope = %(s)s")
+    + " ORDER BY c.version, c.node, c.kind"
 )
 
 # -- name: parked_by_version
 # How many runs are parked per revision of a definition (every revision, the current one too).
 PARKED_BY_VERSION = (
-    "SELECT scope, version, sum(runs) FROM workflow_park_counts WHERE definition_id = %s "
-    "GROUP BY scope, version HAVING sum(runs) > 0"
+    "SELECT c.scope, c.version, sum(c.runs) FROM "
+    + counted_positions("definition_id = %(d)s", "r.definition_id = %(d)s")
+    + " GROUP BY c.scope, c.version"
 )
 
 # -- name: parked_by_definition
-PARKED_BY_DEFINITION = (
-    "SELECT definition_id, scope, sum(runs) FROM workflow_park_counts {where} "
-    "GROUP BY definition_id, scope HAVING sum(runs) > 0"
-)
+PARKED_BY_DEFINITION = "SELECT c.definition_id, c.scope, sum(c.runs) FROM {counted} GROUP BY c.definition_id, c.scope"
 
 
 @dataclass(frozen=True)
@@ -473,27 +501,32 @@ class Position:
 def positions(*, scope: str, definition_id: str, version: int) -> list[Position]:
     return [
         Position(node=r[0], kind=r[1], runs=int(r[2]), oldest=r[3])
-        for r in db.fetchall(POSITIONS, [definition_id, scope, int(version)])
+        for r in db.fetchall(POSITIONS, {"d": definition_id, "s": scope, "v": int(version)})
     ]
 
 
 def positions_by_revision(*, scope: str, definition_id: str) -> dict[int, list[Position]]:
     found: dict[int, list[Position]] = {}
-    for version, node, kind, runs, oldest in db.fetchall(POSITIONS_BY_REVISION, [definition_id, scope]):
+    for version, node, kind, runs, oldest in db.fetchall(POSITIONS_BY_REVISION, {"d": definition_id, "s": scope}):
         found.setdefault(int(version), []).append(Position(node=node, kind=kind, runs=int(runs), oldest=oldest))
     return found
 
 
 def parked_by_version(*, definition_id: str) -> dict[tuple[str, int], int]:
-    return {(str(s), int(v)): int(n) for s, v, n in db.fetchall(PARKED_BY_VERSION, [definition_id])}
+    return {(str(s), int(v)): int(n) for s, v, n in db.fetchall(PARKED_BY_VERSION, {"d": definition_id})}
 
 
 def parked_by_definition(definition_ids: Iterable[str] | None = None) -> dict[tuple[str, str], int]:
-    """Parked runs per (definition id, scope), every revision included."""
+    """Parked runs per (definition id, scope), every revision included (FAILED runs are not
+    parked: they cannot be moved)."""
     if definition_ids is None:
-        rows = db.fetchall(PARKED_BY_DEFINITION.format(where=""))
+        sql = PARKED_BY_DEFINITION.format(counted=counted_positions("true", "true"))
+        rows = db.fetchall(sql)
     else:
-        rows = db.fetchall(PARKED_BY_DEFINITION.format(where="WHERE definition_id = ANY(%s)"), [list(definition_ids)])
+        sql = PARKED_BY_DEFINITION.format(
+            counted=counted_positions("definition_id = ANY(%(ids)s)", "r.definition_id = ANY(%(ids)s)")
+        )
+        rows = db.fetchall(sql, {"ids": list(definition_ids)})
     return {(str(d), str(s)): int(n) for d, s, n in rows}
 
 
@@ -512,7 +545,7 @@ def runs_at(
     business key contains ``search``; answers (rows, matching count)."""
     where = (
         "p.left_at IS NULL AND p.definition_id = %s AND p.scope = %s AND p.version = %s AND p.node = %s "
-        "AND p.kind = %s AND p.branch_id = ''"
+        "AND p.kind = %s AND p.branch_id = '' AND r.status <> 'FAILED'"
     )
     params: list[Any] = [definition_id, scope, int(version), node, kind]
     if search:
@@ -625,7 +658,7 @@ def freeze(
         for i, r in chosen:
             where = (
                 "p.left_at IS NULL AND p.definition_id = %s AND p.scope = %s AND p.version = %s AND p.node = %s "
-                "AND p.kind = %s AND p.branch_id = ''"
+                f"AND p.kind = %s AND p.branch_id = '' AND {NOT_FAILED}"
             )
             params: list[Any] = [definition_id, scope, int(source_version), r.node, r.kind]
             if r.runs != "all":

@@ -28,9 +28,14 @@ def decide(kind: str, run_status: str, *, branch_addressed: bool = False, branch
     return EXECUTE
 
 
+# The same reason as ``reason(kind, "CANCELLED")``, composed in SQL from the command's own
+# kind, for the statements that cancel every open command of a run at once.
+CANCELLED_REASON_SQL = "'INSTANCE_CANCELLED: the run was cancelled (' || c.kind || ' not applied)'"
+
+
 def reason(kind: str, run_status: str) -> str:
     if run_status == "CANCELLED":
-        return "INSTANCE_CANCELLED: the run was cancelled"
+        return f"INSTANCE_CANCELLED: the run was cancelled ({kind} not applied)"
     if run_status == "FAILED":
         return f"INSTANCE_FAILED: the run has failed ({kind.lower()} not applied)"
     if kind == "SIGNAL":

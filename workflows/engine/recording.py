@@ -277,6 +277,11 @@ def signal(
             "signal name must be 1 to 255 characters",
             violations=[Violation(pointer="/name", type="size", message="1 to 255 characters")],
         )
+    if branch is not None and len(branch) > 255:
+        raise InvalidPayload(
+            "branch id must be at most 255 characters",
+            violations=[Violation(pointer="/branch", type="size", message="at most 255 characters")],
+        )
     bounds.check_payload(payload, what=f"payload of signal {named(name)} for run {run_id}")  # before any encoding
     fp = commands.fingerprint({"name": name, "payload": payload})
     dedup_scope = f"{run_id}\x1f{branch or ''}\x1f{_caller(actor)}"

@@ -198,18 +198,53 @@ def settlement(drive: Drive, cmd: dict[str, Any], settle: Settle) -> tuple[str, 
 
 
 def apply(drive: Drive, cmd: dict[str, Any]) -> Settle:
-    kind = cmd["kind"]
-    target = cmd["target"] or {}
-    branch = target.get("branch") if kind == "SIGNAL" else None
-    decision = outcomes.decide(kind, drive.run["status"], branch_addressed=bool(branch))
+    decision = outcome_of(drive.run, cmd)
     if decision != outcomes.EXECUTE:
         return settle_by_outcome(drive, cmd, decision)
-    handler = APPLY[kind]
+    handler = APPLY[cmd["kind"]]
     return handler(drive, cmd)
+
+
+# A branch that can take no more signals: it reached its join, failed, was cancelled with
+# its run, or was superseded (the join decided without it, or its fork was entered again).
+BRANCH_ENDED = ("COMPLETED", "FAILED", "CANCELLED", "SUPERSEDED")
+
+
+def branch_ended(run_id: Any, branch_id: str) -> bool:
+    """Whether the addressed branch (its latest generation) has ended, or never existed."""
+    row = db.fetchone(
+        "SELECT status FROM workflow_branches WHERE run_id = %s AND branch_id = %s ORDER BY id DESC LIMIT 1",
+        [run_id, branch_id],
+    )
+    return row is None or row[0] in BRANCH_ENDED
+
+
+def outcome_of(run: dict[str, Any], cmd: dict[str, Any]) -> str:
+    """What becomes of ``cmd`` on this (locked) run: the outcome table (``outcomes.decide``),
+    with, for a branch-addressed signal on a FAILED run, whether its branch has ended (STALE)
+    or may still take it after a retry (PARKED)."""
+    kind = cmd["kind"]
+    branch = (cmd["target"] or {}).get("branch") if kind == "SIGNAL" else None
+    ended = bool(branch) and run["status"] == "FAILED" and branch_ended(run["id"], str(branch))
+    return outcomes.decide(kind, run["status"], branch_addressed=bool(branch), branch_ended=ended)
+
+
+def canceller(run_id: Any) -> Actor | None:
+    """Who cancelled the run: the actor of its latest CANCELLED entry (None when it has none).
+    A command that meets the cancelled run later is logged as cancelled by them, not by the
+    command's own recorder."""
+    row = db.fetchdict(
+        "SELECT actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status FROM workflow_history "
+        "WHERE run_id = %s AND type = 'CANCELLED' ORDER BY seq DESC LIMIT 1",
+        [run_id],
+    )
+    return actor_of(row) if row is not None else None
 
 
 def settle_by_outcome(drive: Drive, cmd: dict[str, Any], decision: str) -> Settle:
     reason = outcomes.reason(cmd["kind"], drive.run["status"])
+    if decision == outcomes.STALE and cmd["kind"] == "SIGNAL" and drive.run["status"] == "FAILED":
+        reason = "BRANCH_ENDED: the addressed branch has ended"
     if decision == outcomes.PARK:
         drive.history.add(
             "SIGNAL_PARKED",
@@ -238,7 +273,10 @@ def settle_by_outcome(drive: Drive, cmd: dict[str, Any], decision: str) -> Settl
         outcomes.STALE: "COMMAND_STALE",
         outcomes.CANCEL: "COMMAND_CANCELLED",
     }[decision]
-    drive.history.add(entry, command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":", 1)[0])
+    actor = drive.actor
+    if decision == outcomes.CANCEL:
+        actor = canceller(drive.run["id"]) or actor
+    drive.history.add(entry, command_id=cmd["id"], actor=actor, outcome=reason.split(":", 1)[0])
     status = {outcomes.REJECT: "REJECTED", outcomes.STALE: "STALE", outcomes.CANCEL: "CANCELLED"}[decision]
     return Settle(status, reason)
 
@@ -368,8 +406,24 @@ def _failure_reason(exc: BaseException) -> str:
     return "DETERMINISTIC_FAILURE: the command failed"
 
 
-def apply_parked(drive: Drive, row: dict[str, Any]) -> bool:
-    """Apply one parked signal at the reached wait. True when applied."""
+class _Unapplied:
+    """A parked signal the drain tried but did not apply (``apply_parked``)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+REJECTED = _Unapplied("REJECTED")  # it failed deterministically: settled REJECTED
+OVERRUN = _Unapplied("OVERRUN")  # it ran past the step budget: rolled back, still PARKED
+
+
+def apply_parked(drive: Drive, row: dict[str, Any]) -> Any:
+    """Apply one parked signal at the reached wait. Answers the outcome of its drive (the
+    run's or the branch's: WAIT, END, BRANCH_DONE...) when applied, else REJECTED or
+    OVERRUN (the caller sets it back to PENDING with the others the wait accepts)."""
     name = (row["target"] or {}).get("name", "")
     executing_actor, executing_command = drive.actor, drive.command_id
     drive.actor, drive.command_id = actor_of(row), row["id"]
@@ -388,17 +442,12 @@ def apply_parked(drive: Drive, row: dict[str, Any]) -> bool:
                     "SIGNAL_APPLIED",
                     command_id=row["id"],
                     actor=drive.actor,
+                    branch_id=drive.branch_id,
                     payload={"signal": named(name), "payload": row["payload"]},
                 )
-                driver.apply_signal(drive, name=name, payload=row["payload"])
+                outcome = driver.apply_signal(drive, name=name, payload=row["payload"])
         except StepLimitExceeded:
-            # past the budget inside its savepoint: back to PENDING at its position
-            db.execute(
-                "UPDATE workflow_commands SET status = 'PENDING', available_at = now() "
-                "WHERE id = %s AND status = 'PARKED'",
-                [row["id"]],
-            )
-            return False
+            return OVERRUN  # past the budget inside its savepoint: nothing of it stays
         except DeterministicFailure as exc:
             db.execute(
                 "UPDATE workflow_commands SET status = 'REJECTED', settled_at = now(), last_error = %s "
@@ -410,10 +459,10 @@ def apply_parked(drive: Drive, row: dict[str, Any]) -> bool:
             )
             observers.settled_on_commit(drive.run["id"], [(row["id"], "SIGNAL", "REJECTED")])
             drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-            return False
+            return REJECTED
         drive.history.add("COMMAND_COMPLETED", command_id=row["id"], actor=drive.actor)
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-        return True
+        return outcome
     finally:
         drive.actor, drive.command_id = executing_actor, executing_command
 
@@ -709,6 +758,8 @@ def _apply_retry(drive: Drive, cmd: dict[str, Any]) -> Settle:
             drive.decide(step=run["current_step"] or "", outcome="retry")
             outcome = driver.run_from(drive, run["current_step"] or plan.initial_step)
         _after_drive(drive, outcome)
+        if join_drainer is not None and run["status"] == "WAITING":
+            join_drainer(drive)  # back at a join: the parked signals of its waiting branches
     if drive.run["status"] in teardown.ENDED:
         return _completed(drive, cmd)
     offered = db.fetchall(
@@ -744,6 +795,7 @@ def _apply_migration(drive: Drive, cmd: dict[str, Any]) -> Settle:
 branch_handler: Callable[[Drive, dict[str, Any]], Settle] | None = None
 instance_signal_router: Callable[[Drive, dict[str, Any]], Settle | None] | None = None
 completion_branch_handler: Callable[[Drive, dict[str, Any], dict[str, Any]], Settle] | None = None
+join_drainer: Callable[[Drive], None] | None = None
 timer_branch_handler: Callable[[Drive, dict[str, Any], dict[str, Any]], Settle] | None = None
 resume_handler: Callable[[Drive, dict[str, Any]], Settle] | None = None
 migration_handler: Callable[[Drive, dict[str, Any]], Settle] | None = None

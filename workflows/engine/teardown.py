@@ -13,7 +13,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from workflows.engine import commands, db, locks, observers, outbox
+from workflows.engine import commands, db, locks, observers, outbox, outcomes
 from workflows.engine.actors import Actor
 from workflows.engine.drive import Drive
 from workflows.engine.history import HistoryBuffer
@@ -199,7 +199,7 @@ def _cancel_commands(run_id: Any) -> list[dict[str, Any]]:
         "WITH prior AS (SELECT id, status FROM workflow_commands WHERE run_id = %s "
         "AND status IN ('PENDING','DEFERRED','CLAIMED','PARKED','DEAD') FOR UPDATE) "
         "UPDATE workflow_commands c SET status = 'CANCELLED', settled_at = now(), token = NULL, lease_until = NULL, "
-        "last_error = 'INSTANCE_CANCELLED: the run was cancelled' FROM prior WHERE c.id = prior.id "
+        f"last_error = {outcomes.CANCELLED_REASON_SQL} FROM prior WHERE c.id = prior.id "
         "RETURNING c.id, c.kind, c.task_id, c.timer_id, prior.status AS prior",
         [run_id],
     )

@@ -269,6 +269,30 @@ def test_an_any_join_cancels_the_run_the_abandoned_branch_called(
     assert not Timer.objects.filter(status="SCHEDULED").exists()
 
 
+def test_cancelling_a_run_a_branch_waits_on_cancels_the_forked_caller(
+    celery_worker_process: Any, deploy: Any, demo_users: dict[str, Any]
+) -> None:
+    deploy(CHILD)
+    deploy(branch_calls("all"))
+    run_id = operations.start(definition_id="branch-calls", payload={}).run_id
+    eventually(
+        lambda: queries.tasks_for(demo_users["alice"]).count() == 3,
+        timeout=60,
+        what="the branch review and the called run's two approvals",
+        details=celery_worker_process.logs,
+    )
+    child = Run.objects.get(parent_run_id=run_id)
+
+    operations.cancel(run_id=child.id, reason="not needed")
+
+    # the caller waited on it in a branch: before the fix it waited at its join for ever
+    assert (_status(run_id), _status(child.id)) == ("CANCELLED", "CANCELLED")
+    assert not Branch.objects.filter(run_id=run_id, status__in=LIVE_BRANCH).exists()
+    assert queries.tasks_for(demo_users["alice"]).count() == 0
+    _idle(celery_worker_process)
+    assert {_status(run_id), _status(child.id)} == {"CANCELLED"}
+
+
 # --- the `end` step inside a branch -------------------------------------------------------------
 
 BRANCH_END = """

@@ -16,6 +16,7 @@ import pytest
 from tests.engine.test_forks_and_calls import CHILD, MIDDLE, PARENT
 from tests.support.waiting import eventually
 from workflows import operations, queries
+from workflows.engine import history as history_log
 from workflows.models import Branch, HistoryEntry, Run, Task, Timer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -451,6 +452,8 @@ def test_a_retried_branch_that_passes_joins_with_its_own_state(
     eventually(lambda: _status(run_id) == "COMPLETED", timeout=60, what="the join", details=celery_worker_process.logs)
     # the failed attempt's change (spoiled) is not folded in: the retry started from the fork's state
     assert Run.objects.get(pk=run_id).state == {"checked": True}
+    entries = [dict(e) for e in HistoryEntry.objects.filter(run_id=run_id).order_by("seq").values()]
+    assert history_log.replay(entries) == {"checked": True}  # the decision log agrees
     assert dict(Branch.objects.filter(run_id=run_id).values_list("branch_id", "status")) == {
         "check": "COMPLETED",
         "other": "COMPLETED",

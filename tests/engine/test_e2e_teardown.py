@@ -214,6 +214,30 @@ def test_a_called_run_ended_by_the_migrate_dialog_returns_to_its_caller(
     assert not Task.objects.filter(status__in=OPEN).exists()
 
 
+@pytest.mark.parametrize(("action", "ended"), [("cancel", "CANCELLED"), ("end", "COMPLETED")])
+def test_the_migrate_dialogs_cancel_and_end_of_a_caller_cancel_the_run_it_called(
+    celery_worker_process: Any, deploy: Any, demo_users: dict[str, Any], action: str, ended: str
+) -> None:
+    deploy(ONE_APPROVAL)
+    deploy(CALLER)
+    caller = operations.start(definition_id="caller", payload={}).run_id
+    eventually(
+        lambda: Task.objects.filter(run__parent_run_id=caller, status="OPEN").exists(),
+        timeout=60,
+        what="the called run's approval",
+        details=celery_worker_process.logs,
+    )
+    child = Run.objects.get(parent_run_id=caller)
+
+    operations.migrate(run_id=caller, target_version=1, action=action, actor=demo_users["admin"])
+
+    eventually(lambda: _status(caller) == ended, timeout=60, what=action, details=celery_worker_process.logs)
+    _idle(celery_worker_process)
+    assert _status(child.id) == "CANCELLED"
+    assert queries.tasks_for(demo_users["alice"]).count() == 0
+    assert not Timer.objects.filter(status="SCHEDULED").exists()
+
+
 def test_a_failed_branch_cancels_the_run_another_branch_called(
     celery_worker_process: Any, deploy: Any, demo_users: dict[str, Any]
 ) -> None:

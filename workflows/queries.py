@@ -306,10 +306,30 @@ def called_runs(*, run_id: Any, live_only: bool = True, limit: int = 200) -> lis
     return found
 
 
+def waiting_callers(*, run_id: Any, limit: int = 100) -> list[Run]:
+    """The runs waiting on this one at a call (its caller, the caller's caller, ...), nearest
+    first: cancelling a called run cancels them too (``teardown.cancel_with_callers``)."""
+    found: list[Run] = []
+    below = Run.objects.filter(pk=run_id).first()
+    while below is not None and below.parent_run_id and len(found) < limit:
+        caller = Run.objects.filter(pk=below.parent_run_id, status="WAITING").first()
+        if caller is None:
+            break
+        wait = caller.wait or {}
+        at_call = wait.get("kind") == "call" and str(wait.get("child")) == str(below.id)
+        if not at_call and not caller.branches.filter(status="WAITING", wait__child=str(below.id)).exists():
+            break
+        found.append(caller)
+        below = caller
+    return found
+
+
 def cancel_preview(*, run_id: Any) -> dict[str, Any]:
-    """What cancelling a run would end: its open approvals, armed timers, called runs and the
-    commands still queued (they settle CANCELLED)."""
+    """What cancelling a run would end: the runs waiting on it at a call (cancelled first), its
+    open approvals, armed timers, called runs and the commands still queued (they settle
+    CANCELLED)."""
     return {
+        "callers": waiting_callers(run_id=run_id),
         "tasks": open_tasks(run_id=run_id),
         "timers": scheduled_timers(run_id=run_id),
         "called_runs": called_runs(run_id=run_id),

@@ -339,3 +339,41 @@ def test_a_malformed_confirmation_is_refused_without_cancelling(waiting_run: Run
     answer = owner.post(f"/runs/{waiting_run.id}/cancel/", {"seen_state_version": "x<script>", "seen_history_seq": 3})
     assert answer.status_code == 400 and b"<script>" not in answer.content
     assert Run.objects.get(pk=waiting_run.id).status == "WAITING"
+
+
+CALLS_APPROVAL = """
+definitionId: viewer-caller
+definitionVersion: 1
+contract: {name: viewer-caller.v1, signals: {}}
+stateSchema: {type: object}
+startPayloadSchema: {type: object}
+initialStep: ask
+steps:
+  - {id: ask, type: call, definitionId: viewer-approval, payload: "{'number': 'P-7'}", next: done}
+  - {id: done, type: complete}
+"""
+
+
+def test_cancelling_a_called_run_says_and_does_that_its_caller_goes_first(demo_users: Any) -> None:
+    # The story: the page said "every run it called that is waiting on it" is cancelled — the
+    # relation the wrong way round — and the caller was in fact left waiting on it for ever.
+    deploy(APPROVAL)
+    deploy(CALLS_APPROVAL)
+    caller_id = operations.start(definition_id="viewer-caller", payload={}).run_id
+    drain()
+    called = Run.objects.get(parent_run_id=caller_id)
+    assert called.status == "WAITING"
+    owner = client_for(user("owner", perms=("change_definitionversion",)))
+
+    confirm = owner.get(f"/runs/{called.id}/cancel/")
+    words = text(confirm)
+    assert "1 calling run waiting on this one at a call, cancelled first" in words
+    assert f"viewer-caller {caller_id} (waiting at ask)" in words
+    assert "every run it called that is waiting on it" not in words
+
+    seen = {"seen_state_version": called.state_version, "seen_history_seq": called.history_seq}
+    assert owner.post(f"/runs/{called.id}/cancel/", seen).status_code == 302
+    caller = Run.objects.get(pk=caller_id)
+    assert (caller.status, caller.cancel_reason) == ("CANCELLED", "called run cancelled")
+    assert Run.objects.get(pk=called.id).status == "CANCELLED"
+    assert not Task.objects.filter(run_id=called.id, status="OPEN").exists()

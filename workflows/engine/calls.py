@@ -1,5 +1,9 @@
 """``call``: a run starts a child run and waits for it; the child's end resumes the caller.
 
+A child that completes continues the caller (``set``, ``next``); one that fails, compensates
+or expires takes the call's ``onFailure`` (else the caller fails, ``CALL_FAILED``); one that is
+cancelled cancels the caller too (see ``teardown``).
+
 The child is recorded in the caller's segment transaction (its START runs after commit).
 When the child ends, an outbox intent records a RESUME command on the caller in a
 transaction of its own (the child never waits for its caller's lock, so the lock order
@@ -94,6 +98,13 @@ def apply_resume(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="NOT_WAITING")
         return segment.Settle("STALE", "NOT_WAITING: the run does not wait for a called run")
     segment._received(drive, cmd)
+    if target.get("status") == "CANCELLED" and teardown.waiting_callers(
+        {"id": child, "parent_run_id": drive.run["id"]}, {str(drive.run["id"]): drive.run}
+    ):
+        # a called run cancelled by the executor (the Migrate dialog's Cancel): the run waiting
+        # on it at a call is cancelled too, as an operator's cancel does in one transaction
+        teardown.cancel_in_segment(drive, command_id=cmd["id"], reason=teardown.CALLED_RUN_CANCELLED)
+        return segment._completed(drive, cmd)
     if wait.get("kind") == "call" and str(wait.get("child")) == child:
         outcome = _resume_here(drive, step, target, cmd["payload"])
         segment._after_drive(drive, outcome)

@@ -14,7 +14,15 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, DataError, InterfaceError, OperationalError, connection, connections
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    DataError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    connections,
+)
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.types.json import Jsonb
 

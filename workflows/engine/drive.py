@@ -199,6 +199,10 @@ class Drive:
             if ended:  # an `end` inside the branch terminated the whole run
                 self.run["status"] = run_status
                 self.run["wait"] = None
+                if branch["status"] in ("RUNNING", "WAITING"):
+                    # the teardown cancelled every open branch, this one included: its row
+                    # is written back after this and must not say it still runs
+                    branch["status"] = "CANCELLED"
 
     # --- savepoints ------------------------------------------------------------------
     @contextmanager

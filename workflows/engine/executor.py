@@ -21,7 +21,7 @@ from workflows import conf
 from workflows.definitions.plan import Plan
 from workflows.engine import db, effects, faults, locks, observers, outbox, outcomes, segment
 from workflows.engine.drive import DeadlineExceeded, DeterministicFailure, InitialisationFailed, StepLimitExceeded
-from workflows.exceptions import DefinitionError, VersionNotRunnable, WorkflowError
+from workflows.exceptions import DefinitionError, UnknownTypeName, VersionNotRunnable, WorkflowError
 
 log = logging.getLogger("workflows.engine")
 
@@ -90,11 +90,55 @@ def _plan_for(head: Head) -> Plan | None:
         plan = cache.get_plan(
             scope=head.scope, definition_id=head.definition_id, version=head.version, expected_hash=head.plan_hash
         )
-    except (VersionNotRunnable, DefinitionError):
+    except VersionNotRunnable:
         return None
+    except DefinitionError as error:
+        _judged(head, NAME_BINDING_UNRESOLVED if error.code == UnknownTypeName.code else None, deferred=True)
+        return None
+    _judged(head, None, deferred=False)
     if head.kind == "MIGRATION" and not _target_resident(head):
         return None
     return plan
+
+
+# --- failing scope rows (engine.txt, "Failing scope rows") -----------------------------------
+# Each node judges a non-default scope's row by the plan it builds against the code it ships:
+# a named schema or callback that no longer resolves builds no plan (the command is deferred,
+# no attempt spent) and marks the row NAME_BINDING_UNRESOLVED; a row that builds clears the
+# mark. The write is a statement of its own after the deferral or the segment, best effort;
+# the mark feeds the definition listing and refuses nothing. The reference's other rule,
+# STATE_TYPE_NOT_EXTENDED, has no counterpart here (docs/operations.md, "Failing scope rows").
+NAME_BINDING_UNRESOLVED = "NAME_BINDING_UNRESOLVED"
+_marks_written: dict[tuple[str, str, int], str] = {}  # what this process last wrote per row
+
+
+def _judged(head: Head, failure: str | None, *, deferred: bool) -> None:
+    from workflows.definitions.store import DEFAULT_SCOPE
+
+    key = (head.scope, head.definition_id, head.version)
+    if head.scope == DEFAULT_SCOPE or _marks_written.get(key) == (failure or ""):
+        return  # a default scope row is never marked; once written, later commands write nothing
+    if connection.in_atomic_block:
+        transaction.on_commit(lambda: _write_mark(key, failure))
+    elif deferred:
+        _pending_marks[key] = failure  # written once the deferral has committed (``defer``)
+    else:
+        _write_mark(key, failure)
+
+
+_pending_marks: dict[tuple[str, str, int], str | None] = {}
+
+
+def _write_mark(key: tuple[str, str, int], failure: str | None) -> None:
+    from workflows.definitions import lifecycle
+
+    scope, definition_id, version = key
+    try:
+        lifecycle.record_failure(scope=scope, definition_id=definition_id, version=version, failure=failure)
+    except (DatabaseError, WorkflowError):  # best effort: the command's outcome stands, the next judgement writes again
+        log.warning("could not write the failure mark of scope=%r id=%r version=%s", scope, definition_id, version)
+        return
+    _marks_written[key] = failure or ""
 
 
 def _target_resident(head: Head) -> bool:
@@ -283,6 +327,13 @@ def defer(head: Head) -> int:
             drive.save()
     observers.emit(observers.CommandDeferred(str(head.run_id), head.id, head.kind, count))
     log.warning("command %s deferred: this node cannot run %s v%s", head.id, head.definition_id, head.version)
+    key = (head.scope, head.definition_id, head.version)
+    if key in _pending_marks:
+        failure = _pending_marks.pop(key)
+        if connection.in_atomic_block:
+            transaction.on_commit(lambda: _write_mark(key, failure))
+        else:
+            _write_mark(key, failure)
     return count
 
 

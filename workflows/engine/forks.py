@@ -34,13 +34,14 @@ def _branches(run_id: Any, fork_step: str) -> list[dict[str, Any]]:
 def _save_branch(branch: dict[str, Any]) -> None:
     db.execute(
         "UPDATE workflow_branches SET status = %s, current_step = %s, wait = %s, state = %s, result = %s, "
-        "updated_at = now() WHERE id = %s",
+        "attempts = %s, updated_at = now() WHERE id = %s",
         [
             branch["status"],
             branch["current_step"] or "",
             db.jsonb(branch["wait"]),
             db.jsonb(branch["state"]),
             db.jsonb(branch["result"]),
+            int(branch["attempts"] or 0),
             branch["id"],
         ],
     )
@@ -99,6 +100,12 @@ def _drive_branch(drive: Drive, branch: dict[str, Any], join: p.JoinStep, body: 
             # the parked signals this branch's wait accepts (addressed to it, or to the run);
             # one may carry the branch on to its join, which the lines below then record
             outcome = driver.drain_parked(drive)
+    while branch["status"] == "FAILED" and _retry_branch(drive, branch):
+        start = branch["current_step"]
+        with drive.in_branch(branch, join.id):
+            outcome = driver.run_from(drive, start)
+            if outcome is WAIT:
+                outcome = driver.drain_parked(drive)
     if outcome is BRANCH_DONE and branch["status"] not in ("FAILED",):
         branch["status"] = "COMPLETED"
         branch["result"] = branch["state"]
@@ -120,7 +127,55 @@ def _drive_branch(drive: Drive, branch: dict[str, Any], join: p.JoinStep, body: 
     _save_branch(branch)
 
 
+def _retry_branch(drive: Drive, branch: dict[str, Any]) -> bool:
+    """The fork's ``retryPolicy``: a branch that failed and has attempts left starts again from
+    its first step, on a fresh copy of the state the fork dispatched (``maxAttempts`` counts
+    every attempt, the first included; without a policy there is one)."""
+    plan = drive.plan
+    assert plan is not None
+    fork = plan.steps.get(branch["fork_step"])
+    max_attempts = fork.retry_max_attempts if isinstance(fork, p.ForkStep) else 1
+    attempt = int(branch["attempts"] or 0) + 1  # the attempt that just failed
+    if attempt >= max(1, max_attempts):
+        return False
+    join_row = db.fetchdict(
+        "SELECT base FROM workflow_joins WHERE run_id = %s AND fork_step = %s", [drive.run["id"], branch["fork_step"]]
+    )
+    drive.history.add(
+        "BRANCH_FAILED",
+        step=branch["current_step"] or "",
+        branch_id=branch["branch_id"],
+        command_id=drive.command_id,
+        actor=drive.actor,
+        outcome=f"attempt {attempt} of {max_attempts}",
+    )
+    # a failed branch has left its wait; anything it still holds is closed before it starts over
+    waits.close_branch_wait(drive, branch["wait"], "retried")
+    drive.history.add(
+        "BRANCH_RETRIED",
+        step=branch["branch_id"],
+        branch_id=branch["branch_id"],
+        command_id=drive.command_id,
+        actor=drive.actor,
+        payload={"attempt": attempt + 1, "max_attempts": max_attempts},
+    )
+    branch.update(
+        status="RUNNING",
+        attempts=attempt,
+        current_step=branch["branch_id"],  # a branch is named by its first step
+        wait=None,
+        result=None,
+        state=copy.deepcopy(join_row["base"] if join_row else drive.run["state"]),
+    )
+    return True
+
+
 def _supersede(drive: Drive, branches: list[dict[str, Any]]) -> None:
+    from workflows.engine import teardown
+
+    superseded = [b for b in branches if b["status"] in ("RUNNING", "WAITING")]
+    # the runs these branches called go first, while their waits still name them
+    teardown.cancel_branch_children(drive, superseded, reason="branch superseded")
     for b in branches:
         if b["status"] not in ("RUNNING", "WAITING"):
             continue

@@ -46,7 +46,6 @@ from workflows.definitions.plan import Plan
 from workflows.engine import db, driver, locks, observers, segment, teardown, waits
 from workflows.engine.actors import Actor
 from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
-from workflows.engine.outcomes import CANCELLED_REASON_SQL
 from workflows.exceptions import (
     InvalidPayload,
     MigrationIllegalState,
@@ -347,8 +346,9 @@ def _reject_undeclared_parked(drive: Drive, target_plan: Plan) -> None:
 
 
 def _cancel(drive: Drive, cmd: dict[str, Any], target: dict[str, Any]) -> None:
-    """The cancel teardown inside the segment: every other open command (the executing one is
-    settled by the segment, fenced on its token), timers, tasks, branches, called runs."""
+    """The cancel teardown inside the segment (``teardown.cancel_in_segment``): every other
+    open command, timers, tasks, branches, called runs — and a caller waiting on this run at a
+    call, resumed through the outbox to be cancelled in turn."""
     run = drive.run
     wait = run["wait"] or {}
     waits.close_park(wait.get("park"), "cancelled", by=actor_label(drive.actor), migration_id=target.get("migration"))
@@ -359,31 +359,7 @@ def _cancel(drive: Drive, cmd: dict[str, Any], target: dict[str, Any]) -> None:
         actor=drive.actor,
         payload={"action": "cancel", "from": _from(run), "to": None, "migration": target.get("migration")},
     )
-    cancelled = db.fetchdicts(
-        "WITH prior AS (SELECT id, status FROM workflow_commands WHERE run_id = %s AND id <> %s "
-        "AND status IN ('PENDING','DEFERRED','CLAIMED','PARKED','DEAD') FOR UPDATE) "
-        "UPDATE workflow_commands c SET status = 'CANCELLED', settled_at = now(), token = NULL, lease_until = NULL, "
-        f"last_error = {CANCELLED_REASON_SQL} FROM prior WHERE c.id = prior.id "
-        "RETURNING c.id, c.kind, prior.status AS prior",
-        [run["id"], cmd["id"]],
-    )
-    held = 0
-    for c in cancelled:
-        if c["kind"] == "SIGNAL" and c["prior"] != "DEAD":
-            held += 1
-        drive.history.add("COMMAND_CANCELLED", command_id=c["id"], outcome="INSTANCE_CANCELLED", actor=drive.actor)
-    observers.settled_on_commit(run["id"], [(c["id"], c["kind"], "CANCELLED") for c in cancelled])
-    run["open_signals"] = max(0, int(run["open_signals"]) - held)
-    teardown._close_everything(drive, how="cancelled", task_status="CANCELLED")
-    from django.utils import timezone
-
-    run["status"] = "CANCELLED"
-    run["ended_at"] = timezone.now()
-    run["cancel_reason"] = CANCEL_REASON
-    drive.history.add("CANCELLED", command_id=cmd["id"], actor=drive.actor, payload={"reason": CANCEL_REASON})
-    drive.history.add("WORKFLOW_CANCELLED", command_id=cmd["id"], actor=drive.actor)
-    drive.ended_now = True
-    teardown._teardown_children(drive, reason="caller cancelled")
+    teardown.cancel_in_segment(drive, command_id=cmd["id"], reason=CANCEL_REASON)
 
 
 def _end(drive: Drive, cmd: dict[str, Any], target: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Any
 
-from workflows.engine import db, locks, recording, wakeups
+from workflows.engine import db, locks, recording, teardown, wakeups
 from workflows.engine.actors import Actor
 from workflows.engine.drive import Drive
 from workflows.engine.recording import Recorded
@@ -134,6 +134,7 @@ def cancel_confirmed(*, run_id: Any, seen_state_version: int, seen_history_seq: 
     Refuses: INSTANCE_NOT_FOUND, ALREADY_MOVED_ON (resumed, or ended, in the meantime),
     LOCK_TIMEOUT. The lock taken for the check is held through the teardown.
     """
+    teardown.lock_callers(run_id)  # lock order caller → child (the cancel reaches its callers)
     run = locks.lock_run(run_id)
     if run["status"] in ENDED or moved_on(
         run, seen_state_version=seen_state_version, seen_history_seq=seen_history_seq

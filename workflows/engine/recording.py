@@ -495,10 +495,14 @@ def reassign_task(*, task_id: Any, mode: str, value: str, actor: Actor = NONE) -
 
 
 def cancel(*, run_id: Any, reason: str = "", actor: Actor = NONE) -> None:
+    """Cancel the run, everything it holds and every run it called, and every run waiting on
+    it at a call (callers first). Refuses an ended run (SignalRejected)."""
+    # lock order caller → child: the call chain above the run is locked before the run
+    callers = teardown.lock_callers(run_id)
     run = locks.lock_run(run_id)
     if run["status"] in ENDED:
         raise SignalRejected(f"run {run_id} has ended (status {run['status']})")
-    teardown.cancel_locked(run, actor=actor, reason=sanitise(reason) if reason else "")
+    teardown.cancel_with_callers(run, callers, actor=actor, reason=sanitise(reason) if reason else "")
 
 
 def retry(*, run_id: Any, actor: Actor = NONE) -> Recorded:

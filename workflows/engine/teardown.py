@@ -5,10 +5,22 @@ and inside forks), disarms its timers, closes its parks, settles its parked and
 dead-lettered commands, and then does the same for every run it called and waits on. The
 caller is closed before its children (lock order caller → child; no path locks the other
 way round, because a child resumes its caller through an outbox intent, not a lock).
+
+A run that ends ``FAILED`` through the graph (a ``fail`` step, a join that can no longer be
+met, a call that did not complete) is torn down the same way: nothing of it is left waiting,
+and a retry starts again from its step.
+
+Cancelling a called run also cancels the run waiting on it at a call (the reference: "the run
+becomes cancelled, and so does a run waiting on it at a call"), and so on up the chain. An
+operator's cancel locks that chain top-down before the run (``lock_callers``) and closes the
+callers first; a cancel the executor makes inside a called run's segment (the Migrate
+dialog's Cancel) cannot take its caller's lock, so it resumes the caller through an outbox
+``RESUME`` with status ``CANCELLED``, whose segment cancels the caller in turn.
 """
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from django.utils import timezone
@@ -19,6 +31,8 @@ from workflows.engine.drive import Drive
 from workflows.engine.history import HistoryBuffer
 
 ENDED = ("COMPLETED", "CANCELLED", "COMPENSATED", "EXPIRED")
+# the caller's side of a called run cancelled under it (history of the caller)
+CALLED_RUN_CANCELLED = "called run cancelled"
 
 
 def _withdraw_tasks(drive: Drive, *, status: str) -> None:
@@ -138,18 +152,25 @@ def _actor_of(row: dict[str, Any]) -> Actor:
 
 
 def end_run(drive: Drive, status: str, *, how: str = "ended", code: str = "", message: str = "") -> None:
-    """End the run in this transaction (COMPLETED/FAILED/COMPENSATED/EXPIRED)."""
+    """End the run in this transaction (COMPLETED/FAILED/COMPENSATED/EXPIRED).
+
+    FAILED here is a failure the graph reached (``fail``, a failed join, a failed call): it
+    tears down like an ending — branches, approvals, timers, called runs — because nothing the
+    run still held can continue it (a retry starts again from its step). It keeps its parked
+    and dead-lettered commands for that retry. (A command that fails deterministically fails
+    the run elsewhere and keeps the wait it failed in.)"""
     run = drive.run
     run["status"] = status
-    if status in ENDED:
-        run["ended_at"] = timezone.now()
+    if status in ENDED or status == "FAILED":
+        if status in ENDED:
+            run["ended_at"] = timezone.now()
         # read with the wait's leaving when the run went straight from it to its end
         found, drive.open_things = drive.open_things or open_things(run["id"]), None
         _close_everything(drive, how=how, task_status="WITHDRAWN", found=found)
-        if found["settle"]:
+        if found["settle"] and status in ENDED:
             settle_parked_and_dead(drive, status="REJECTED", reason="INSTANCE_ENDED: the run has ended")
         if found["children"]:
-            _teardown_children(drive, reason="caller ended")
+            _teardown_children(drive, reason="caller failed" if status == "FAILED" else "caller ended")
     if code:
         run["failure_code"] = code[:64]
         run["failure_message"] = message[:4000]
@@ -158,18 +179,94 @@ def end_run(drive: Drive, status: str, *, how: str = "ended", code: str = "", me
         outbox.resume_parent(drive, status=status)
 
 
-def _teardown_children(drive: Drive, *, reason: str) -> None:
-    children = db.fetchall(
-        "SELECT id FROM workflow_runs WHERE parent_run_id = %s AND status IN ('PENDING','RUNNING','WAITING',"
-        "'COMPENSATING','FAILED') ORDER BY created_at",
-        [drive.run["id"]],
-    )
+LIVE_CHILDREN = (
+    "SELECT id FROM workflow_runs WHERE parent_run_id = %s AND status IN ('PENDING','RUNNING','WAITING',"
+    "'COMPENSATING','FAILED')"
+)
+
+
+def _teardown_children(drive: Drive, *, reason: str, spare: Any = None, only: list[Any] | None = None) -> None:
+    """Cancel the live runs this run called (``only``: just those), except ``spare`` (the
+    next run down a caller chain being cancelled, which its own turn cancels)."""
+    if only is not None:
+        if not only:
+            return
+        children = db.fetchall(LIVE_CHILDREN + " AND id = ANY(%s) ORDER BY created_at", [drive.run["id"], only])
+    else:
+        children = db.fetchall(LIVE_CHILDREN + " ORDER BY created_at", [drive.run["id"]])
     for (child_id,) in children:
-        cancel_locked(locks.lock_run(child_id), actor=drive.actor, reason=reason, executor_id=drive.executor_id)
+        if spare is not None and str(child_id) == str(spare):
+            continue
+        child = locks.lock_run(child_id)
+        if child["status"] in ENDED:
+            continue  # ended between the read and the lock
+        cancel_locked(child, actor=drive.actor, reason=reason, executor_id=drive.executor_id)
 
 
-def cancel_locked(run: dict[str, Any], *, actor: Actor, reason: str, executor_id: str = "") -> Drive:
-    """Cancel a run whose execution lock the caller holds (the teardown of ``cancel``)."""
+def cancel_branch_children(drive: Drive, branches: list[dict[str, Any]], *, reason: str) -> None:
+    """Cancel the runs that these (superseded or failed) branches called and wait on."""
+    waiting = [str(b["wait"]["child"]) for b in branches if isinstance(b.get("wait"), dict) and b["wait"].get("child")]
+    _teardown_children(drive, reason=reason, only=waiting)
+
+
+# --- a called run cancelled: its caller too --------------------------------------------------
+
+ANCESTORS = (
+    "WITH RECURSIVE up(id, depth) AS (SELECT parent_run_id, 1 FROM workflow_runs WHERE id = %s "
+    "AND parent_run_id IS NOT NULL UNION ALL SELECT r.parent_run_id, up.depth + 1 FROM workflow_runs r "
+    "JOIN up ON r.id = up.id WHERE r.parent_run_id IS NOT NULL AND up.depth < 100) "
+    "SELECT up.id FROM up JOIN workflow_runs a ON a.id = up.id "
+    "WHERE a.status NOT IN ('COMPLETED','CANCELLED','COMPENSATED','EXPIRED') ORDER BY up.depth DESC"
+)
+
+
+def lock_callers(run_id: Any) -> dict[str, dict[str, Any]]:
+    """Lock the live runs above ``run_id`` in its call chain, the topmost first, before the run
+    itself is locked: the lock order is caller → child everywhere (teardown goes down)."""
+    return {str(caller_id): locks.lock_run(caller_id) for (caller_id,) in db.fetchall(ANCESTORS, [run_id])}
+
+
+def _waits_on(caller: dict[str, Any], child_id: Any) -> bool:
+    if caller["status"] != "WAITING":
+        return False
+    wait = caller.get("wait") or {}
+    if wait.get("kind") == "call" and str(wait.get("child")) == str(child_id):
+        return True
+    return (
+        db.fetchone(
+            "SELECT 1 FROM workflow_branches WHERE run_id = %s AND status = 'WAITING' AND wait->>'child' = %s",
+            [caller["id"], str(child_id)],
+        )
+        is not None
+    )
+
+
+def waiting_callers(run: dict[str, Any], callers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs waiting on ``run`` at a call, and on those, up the chain: nearest first."""
+    chain: list[dict[str, Any]] = []
+    below = run
+    while below.get("parent_run_id"):
+        caller = callers.get(str(below["parent_run_id"]))
+        if caller is None or not _waits_on(caller, below["id"]):
+            break
+        chain.append(caller)
+        below = caller
+    return chain
+
+
+def cancel_with_callers(run: dict[str, Any], callers: dict[str, dict[str, Any]], *, actor: Actor, reason: str) -> Drive:
+    """Cancel ``run`` and every run waiting on it at a call, callers first (all locked by
+    ``lock_callers`` and ``locks.lock_run`` in that order)."""
+    chain = waiting_callers(run, callers)
+    downwards = [*reversed(chain), run]
+    for caller, below in pairwise(downwards):
+        cancel_locked(caller, actor=actor, reason=CALLED_RUN_CANCELLED, spare=below["id"])
+    return cancel_locked(run, actor=actor, reason=reason)
+
+
+def cancel_locked(run: dict[str, Any], *, actor: Actor, reason: str, executor_id: str = "", spare: Any = None) -> Drive:
+    """Cancel a run whose execution lock the caller holds (the teardown of ``cancel``); its
+    called runs go with it (but ``spare``, see ``cancel_with_callers``)."""
     from workflows.engine.actors import sanitise
 
     drive = Drive.for_run(run, None, actor, executor_id=executor_id)
@@ -190,8 +287,41 @@ def cancel_locked(run: dict[str, Any], *, actor: Actor, reason: str, executor_id
     )
     drive.history.add("WORKFLOW_CANCELLED", actor=actor)
     drive.save()
-    _teardown_children(drive, reason="caller cancelled")
+    _teardown_children(drive, reason="caller cancelled", spare=spare)
     return drive
+
+
+def cancel_in_segment(drive: Drive, *, command_id: Any, reason: str) -> None:
+    """The cancel teardown inside a segment of the run (its lock held by the segment): every
+    other open command (the executing one is settled by the segment, fenced on its token),
+    timers, approvals, branches and called runs. A called run then resumes its caller through
+    the outbox with status CANCELLED: the executor never waits for a caller's lock."""
+    run = drive.run
+    cancelled = db.fetchdicts(
+        "WITH prior AS (SELECT id, status FROM workflow_commands WHERE run_id = %s AND id <> %s "
+        "AND status IN ('PENDING','DEFERRED','CLAIMED','PARKED','DEAD') FOR UPDATE) "
+        "UPDATE workflow_commands c SET status = 'CANCELLED', settled_at = now(), token = NULL, lease_until = NULL, "
+        f"last_error = {outcomes.CANCELLED_REASON_SQL} FROM prior WHERE c.id = prior.id "
+        "RETURNING c.id, c.kind, prior.status AS prior",
+        [run["id"], command_id],
+    )
+    held = 0
+    for c in cancelled:
+        if c["kind"] == "SIGNAL" and c["prior"] != "DEAD":
+            held += 1
+        drive.history.add("COMMAND_CANCELLED", command_id=c["id"], outcome="INSTANCE_CANCELLED", actor=drive.actor)
+    observers.settled_on_commit(run["id"], [(c["id"], c["kind"], "CANCELLED") for c in cancelled])
+    run["open_signals"] = max(0, int(run["open_signals"]) - held)
+    _close_everything(drive, how="cancelled", task_status="CANCELLED")
+    run["status"] = "CANCELLED"
+    run["ended_at"] = timezone.now()
+    run["cancel_reason"] = reason
+    drive.history.add("CANCELLED", command_id=command_id, actor=drive.actor, payload={"reason": reason})
+    drive.history.add("WORKFLOW_CANCELLED", command_id=command_id, actor=drive.actor)
+    drive.ended_now = True
+    _teardown_children(drive, reason="caller cancelled")
+    if run.get("parent_run_id"):
+        outbox.resume_parent(drive, status="CANCELLED")
 
 
 def _cancel_commands(run_id: Any) -> list[dict[str, Any]]:

@@ -22,7 +22,6 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -31,6 +30,7 @@ from workflows import definitions, operations, queries
 from workflows.api import pagination, parsers, permissions
 from workflows.api import serializers as s
 from workflows.api.errors import PROBLEM_CONTENT_TYPE, escape_pointer_token, problem
+from workflows.api.renderers import ExactJSONRenderer
 from workflows.exceptions import InstanceNotFound, InvalidPayload, TaskNotFound, Violation
 
 # The longest ``?await`` honoured, in seconds (the parameter is validated against
@@ -125,7 +125,7 @@ class ApiView(APIView):
     # the header from the first class; session authentication has none and would make it 403).
     authentication_classes = [TokenAuthentication, SessionAuthentication]
     parser_classes = [parsers.BoundedJSONParser]
-    renderer_classes = [JSONRenderer]
+    renderer_classes = [ExactJSONRenderer]
     permission_classes: list[type[BasePermission]] = [IsAuthenticated]
     read_permission: type[BasePermission] | None = None
     write_permission: type[BasePermission] | None = None

@@ -37,6 +37,7 @@ import lark
 from celpy import celtypes
 from celpy.evaluation import CELEvalError, CELUnsupportedError, Evaluator
 
+from workflows import jsonvalues
 from workflows.exceptions import ExpressionFailed
 
 MAX_EXPRESSION_BYTES = 4096
@@ -195,8 +196,8 @@ def to_cel(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, float):
         return celtypes.DoubleType(value)
     if isinstance(value, Decimal):
-        if value == value.to_integral_value():
-            return celtypes.IntType(int(value))
+        # a JSON number with a fraction or an exponent (1000.10, 2.0, 1e3) is a CEL double, as
+        # it was when JSON was read into floats (workflows.jsonvalues: a Decimal is a decimal)
         return celtypes.DoubleType(float(value))
     if isinstance(value, str):
         return celtypes.StringType(value)
@@ -379,6 +380,8 @@ def _read_path(variables: Mapping[str, Any], path: tuple[str, ...]) -> Any:
         value = value[key]
     if value is None or isinstance(value, str | float):
         return value
+    if isinstance(value, Decimal) and value.is_finite():
+        return value  # a bare read keeps a decimal exact (the interpreter would make it a double)
     if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
         return value
     return _MISS
@@ -398,8 +401,6 @@ class Template:
     kind: str = "template"
 
     def evaluate(self, variables: Mapping[str, Any]) -> str:
-        import json
-
         out: list[str] = []
         for part in self.parts:
             if isinstance(part, str):
@@ -409,7 +410,7 @@ class Template:
             if value is None:
                 continue
             if isinstance(value, dict | list):
-                out.append(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+                out.append(jsonvalues.canonical(value))
             elif isinstance(value, bool):
                 out.append("true" if value else "false")
             else:

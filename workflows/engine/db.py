@@ -6,11 +6,9 @@ module keeps the cursor handling, JSON parameters and error mapping in one place
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -18,6 +16,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connect
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.types.json import Jsonb
 
+from workflows import jsonvalues
 from workflows.exceptions import LockTimeout, PersistenceError
 
 Params = Sequence[Any] | Mapping[str, Any]  # positional (%s) or named (%(name)s) parameters
@@ -29,14 +28,13 @@ IDLE = TransactionStatus.IDLE
 TUPLES_OK = ExecStatus.TUPLES_OK
 
 
-def _default(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return float(value)
-    raise TypeError("not JSON serialisable")
-
-
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_default)
+    """Compact JSON for a jsonb parameter: a Decimal is written as the exact number it holds
+    (jsonb keeps ``1000.10`` as ``1000.10``), see ``workflows.jsonvalues``."""
+    return jsonvalues.dumps(value)
+
+
+loads = jsonvalues.loads  # decimals come back as Decimal, integers as int
 
 
 def jsonb(value: Any) -> Jsonb | None:
@@ -85,7 +83,7 @@ def decode_row(row: Sequence[Any], json_columns: tuple[int, ...]) -> tuple[Any, 
     for i in json_columns:
         value = decoded[i]
         if isinstance(value, str):
-            decoded[i] = json.loads(value)
+            decoded[i] = loads(value)
     return tuple(decoded)
 
 

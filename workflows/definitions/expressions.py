@@ -183,6 +183,22 @@ def compile_ast(source: Any, variables: Iterable[str]) -> lark.Tree:
 # --- values in and out -----------------------------------------------------------------------
 
 
+class ExactDouble(celtypes.DoubleType):
+    """A CEL double read from a JSON decimal that remembers the decimal it was read from.
+
+    CEL computes with doubles; an expression that only moves a value (``{'amount':
+    payload.amount}``, a condition's branch) hands back this very object, and
+    :func:`from_cel` answers the exact Decimal again, so ``1000.10`` is not turned into
+    ``1000.1`` on its way into the state. Arithmetic makes a plain double (a new value)."""
+
+    exact: Decimal
+
+    def __new__(cls, exact: Decimal) -> ExactDouble:
+        made = super().__new__(cls, float(exact))
+        made.exact = exact
+        return made
+
+
 def to_cel(value: Any, _depth: int = 0) -> Any:
     """A JSON-like Python value as celpy values (Decimal and datetime accepted)."""
     if _depth > MAX_VALUE_DEPTH:
@@ -198,7 +214,7 @@ def to_cel(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, Decimal):
         # a JSON number with a fraction or an exponent (1000.10, 2.0, 1e3) is a CEL double, as
         # it was when JSON was read into floats (workflows.jsonvalues: a Decimal is a decimal)
-        return celtypes.DoubleType(float(value))
+        return ExactDouble(value)
     if isinstance(value, str):
         return celtypes.StringType(value)
     if isinstance(value, dt.datetime):
@@ -236,6 +252,8 @@ def from_cel(value: Any, _depth: int = 0) -> Any:
         return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, int):
         return int(value)
+    if isinstance(value, ExactDouble):
+        return value.exact  # moved, not computed: the decimal as it was read
     if isinstance(value, float):
         return float(value)
     if isinstance(value, Mapping):

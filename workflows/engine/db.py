@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connection, connections
 from psycopg.pq import ExecStatus, TransactionStatus
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Jsonb, set_json_dumps, set_json_loads
 
 from workflows import jsonvalues
 from workflows.exceptions import LockTimeout, PersistenceError
@@ -35,6 +35,12 @@ def dumps(value: Any) -> str:
 
 
 loads = jsonvalues.loads  # decimals come back as Decimal, integers as int
+
+# Django has psycopg hand jsonb over as text (decoded above), but not json: a ``row_to_json``
+# or ``json_agg`` column is decoded by psycopg itself, with ``json.loads`` (decimals as floats)
+# unless told otherwise. Process-wide, as psycopg's JSON adapters are.
+set_json_loads(jsonvalues.loads)
+set_json_dumps(jsonvalues.dumps)
 
 
 def jsonb(value: Any) -> Jsonb | None:

@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import celpy
 import lark
@@ -194,7 +194,7 @@ class ExactDouble(celtypes.DoubleType):
     exact: Decimal
 
     def __new__(cls, exact: Decimal) -> ExactDouble:
-        made = super().__new__(cls, float(exact))
+        made = cast(ExactDouble, super().__new__(cls, float(exact)))
         made.exact = exact
         return made
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
+from django.db.models.fields import NOT_PROVIDED
 
 from workflows.jsonvalues import ExactDecoder, ExactEncoder
 
 
-def json_field(*args: Any, **kwargs: Any) -> models.JSONField[Any, Any]:
-    return models.JSONField(*args, encoder=ExactEncoder, decoder=ExactDecoder, **kwargs)
+def json_field(*, null: bool = False, blank: bool = False, default: Any = NOT_PROVIDED) -> models.JSONField[Any, Any]:
+    return models.JSONField(encoder=ExactEncoder, decoder=ExactDecoder, null=null, blank=blank, default=default)

@@ -75,9 +75,14 @@ def _refuse_constant(name: str) -> Any:
     raise NumberOutOfRange("NaN and Infinity are not JSON")
 
 
+_DECODE = json.JSONDecoder(parse_float=Decimal).decode  # made once: json.loads(**kw) makes one a call
+
+
 def loads(text: str | bytes) -> Any:
     """JSON text as Python values, decimals as ``Decimal`` (for text this process wrote or
     PostgreSQL stored; input from outside goes through :func:`loads_input`)."""
+    if isinstance(text, str):
+        return _DECODE(text)
     return json.loads(text, parse_float=Decimal)
 
 

@@ -120,3 +120,16 @@ def test_a_placeholder_lookalike_in_a_string_is_left_alone() -> None:
     value = {"s": text, "d": Decimal("1.5")}
     assert json.loads(jsonvalues.dumps(value)) == {"s": text, "d": 1.5}
     assert math.isclose(json.loads(jsonvalues.dumps([Decimal("0.1")]))[0], 0.1)
+
+
+def test_a_record_s_decimal_field_is_captured_exactly() -> None:
+    from capture.recording import json_value
+
+    assert str(json_value(Decimal("1250.50"))) == "1250.50"
+    assert json_value(Decimal("12.00")) == 12 and type(json_value(Decimal("12.00"))) is int  # whole: an integer
+
+
+def test_the_run_viewer_shows_a_decimal_as_the_number_it_is() -> None:
+    from workflows.views import runs
+
+    assert '"amount": 1000.10' in runs._pretty({"amount": Decimal("1000.10")})

@@ -332,9 +332,9 @@ def _dispatch_claimed(capture_id: int, token: uuid.UUID) -> None:
 
 
 def _json(value: Any) -> str:
-    import json
+    from workflows import jsonvalues
 
-    return json.dumps(value)
+    return jsonvalues.dumps(value)
 
 
 def describe(error: BaseException) -> str:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models.functions import Now
 
+from workflows.models.fields import json_field
+
 
 class CaptureStatus(models.TextChoices):
     PENDING = "PENDING"
@@ -43,9 +45,9 @@ class Capture(models.Model):
     object_pk = models.CharField("record key", max_length=255)
     event = models.CharField(max_length=16, choices=CaptureEvent.choices)
     # Only the fields the triggers need (bounded: see recording.SNAPSHOT_MAX_BYTES).
-    snapshot = models.JSONField(null=True, blank=True)
-    previous = models.JSONField(null=True, blank=True)  # updates: the same fields before the change
-    changed = models.JSONField(default=list, blank=True)  # updates: names of the fields that changed
+    snapshot = json_field(null=True, blank=True)
+    previous = json_field(null=True, blank=True)  # updates: the same fields before the change
+    changed = json_field(default=list, blank=True)  # updates: names of the fields that changed
     actor_pk = models.CharField("acting user id", max_length=255, blank=True, default="")
     actor_name = models.CharField("acting user", max_length=150, blank=True, default="")
     registry_stamp = models.CharField(
@@ -59,8 +61,8 @@ class Capture(models.Model):
     available_at = models.DateTimeField(db_default=Now())
     last_error = models.CharField(max_length=1000, blank=True, default="")
     effect_started_at = models.DateTimeField("effect marker", null=True, blank=True)
-    runs_started = models.JSONField(default=list, blank=True)  # ids of the runs the dispatch recorded
-    runs_cancelled = models.JSONField(default=list, blank=True)  # ids of the runs a deletion tore down
+    runs_started = json_field(default=list, blank=True)  # ids of the runs the dispatch recorded
+    runs_cancelled = json_field(default=list, blank=True)  # ids of the runs a deletion tore down
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
     dispatched_at = models.DateTimeField(null=True, blank=True)

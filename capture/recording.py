@@ -9,7 +9,8 @@ statement. Wrap changes in ``transaction.atomic`` — or use ``ATOMIC_REQUESTS``
 the change and its capture commit together.)
 
 The snapshot holds only the fields the triggers and effects read, as JSON values: numbers
-stay numbers (a Decimal becomes an int when it is whole, else a float), times become
+stay numbers (a Decimal becomes an int when it is whole, else stays an exact Decimal:
+``1250.50`` is stored and seen as ``1250.50``), times become
 RFC 3339 text, keys text, binary base64. A snapshot and previous together larger than
 :data:`SNAPSHOT_MAX_BYTES` are not stored: the capture is written FAILED with a value-free
 reason, so the change still commits and the operator sees what was not dispatched.
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import json
 import logging
 import uuid
 from decimal import Decimal
@@ -31,6 +31,7 @@ from django.db import models, transaction
 from capture import actor
 from capture.models import Capture, CaptureStatus
 from capture.triggers import ModelWatch
+from workflows import jsonvalues
 
 log = logging.getLogger("capture")
 
@@ -47,7 +48,7 @@ def json_value(value: Any) -> Any:
     if isinstance(value, Decimal):
         if not value.is_finite():
             return None
-        return int(value) if value == value.to_integral_value() else float(value)
+        return int(value) if value == value.to_integral_value() else value
     if isinstance(value, dt.datetime):
         return value.isoformat().replace("+00:00", "Z")
     if isinstance(value, dt.date | dt.time):
@@ -101,7 +102,7 @@ def stored_row(model: type[models.Model], pk: Any, *, using: str) -> dict[str, A
 
 
 def _size(*values: Any) -> int:
-    return len(json.dumps(values, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    return len(jsonvalues.dumps(values).encode("utf-8"))
 
 
 def _actor() -> tuple[str, str]:

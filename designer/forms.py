@@ -19,6 +19,7 @@ from django import forms
 from django.urls import reverse
 
 from designer import services
+from workflows import jsonvalues
 
 STEP_TYPES = (
     ("human-task", "Human task — a person decides"),
@@ -204,7 +205,7 @@ def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict | list):
-        return json.dumps(value)
+        return jsonvalues.dumps(value)
     return str(value)
 
 

@@ -90,10 +90,11 @@ def test_decimal_and_datetime_inputs_are_accepted():
     import datetime as dt
     from decimal import Decimal
 
-    comp = compile_expression("[state.a + 1, state.b * 2.0, state.when]", ["state"])
+    # a Decimal is a JSON decimal (as stored and read back): a CEL double, like 2.0
+    comp = compile_expression("[state.a + 1.0, state.b * 2.0, state.when]", ["state"])
     when = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     assert comp.evaluate({"state": {"a": Decimal("2"), "b": Decimal("1.5"), "when": when}}) == [
-        3,
+        3.0,
         3.0,
         "2024-01-01T00:00:00Z",
     ]

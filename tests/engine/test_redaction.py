@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.engine import documents
-from workflows import operations
+from workflows import jsonvalues, operations
 from workflows.engine import db
 from workflows.engine.history import replay
 from workflows.engine.redaction import (
@@ -37,7 +36,7 @@ def _services() -> Iterator[None]:
 
 def history_text(run_id: Any) -> str:
     rows = HistoryEntry.objects.filter(run_id=run_id).order_by("seq").values("outcome", "patch", "payload")
-    return json.dumps(list(rows))
+    return jsonvalues.dumps(list(rows))  # decimals come back as Decimal
 
 
 def make_available(run_id: Any) -> None:

@@ -21,11 +21,11 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import Http404
 from rest_framework import exceptions, status
-from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from workflows.engine.db import is_bad_value
 from workflows import operations
+from workflows.api.renderers import ExactJSONRenderer
+from workflows.engine.db import is_bad_value
 from workflows.exceptions import WorkflowError
 
 log = logging.getLogger("workflows.api")
@@ -143,7 +143,7 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
     request = context.get("request")
     renderer = getattr(request, "accepted_renderer", None)
     if request is not None and not _speaks_json(renderer):
-        request.accepted_renderer = JSONRenderer()
+        request.accepted_renderer = ExactJSONRenderer()
         request.accepted_media_type = PROBLEM_CONTENT_TYPE
     return response
 

@@ -4,14 +4,15 @@
   without reading): 413 PAYLOAD_TOO_LARGE. DRF's own JSONParser reads the stream unbounded.
 - JSON is pre-scanned for nesting depth with the engine's iterative scan, so a 20,000-deep
   body is a 400 INVALID_PAYLOAD and never reaches the recursive ``json`` decoder.
-- NaN/Infinity (also as 1e400), invalid UTF-8, NUL characters and unpaired surrogates are refused: PostgreSQL
+- Numbers with a fraction or an exponent are read as ``Decimal`` (``workflows.jsonvalues``),
+  so ``1000.10`` reaches the engine and storage digit for digit; integers stay ``int``.
+- NaN/Infinity, numbers beyond 1e308 in magnitude (1e400: a 400 INVALID_PAYLOAD with a
+  value-free violation), invalid UTF-8, NUL characters and unpaired surrogates are refused: PostgreSQL
   stores none of them, and they would otherwise surface as database errors.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +20,7 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
 
+from workflows import jsonvalues
 from workflows.api.errors import PayloadTooLarge, escape_pointer_token
 from workflows.engine.bounds import MAX_DEPTH, prescan_text
 from workflows.exceptions import InvalidPayload, Violation
@@ -101,18 +103,6 @@ def check_text(data: Any) -> None:
             )
 
 
-def _no_constants(name: str) -> Any:
-    raise ValueError("NaN and Infinity are not JSON")
-
-
-def _finite(text: str) -> float:
-    # 1e400 parses as infinity, which no JSON column can store
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError("number out of range")
-    return value
-
-
 class BoundedJSONParser(BaseParser):
     media_type = "application/json"
 
@@ -123,7 +113,13 @@ class BoundedJSONParser(BaseParser):
         prescan_text(raw, max_depth=BODY_MAX_DEPTH)
         text = _decode(raw)
         try:
-            data = json.loads(text, parse_constant=_no_constants, parse_float=_finite)
+            # decimals as Decimal (exact: 1000.10 stays 1000.10), integers as int
+            data = jsonvalues.loads_input(text)
+        except jsonvalues.NumberOutOfRange as error:
+            raise InvalidPayload(
+                "the request body holds a number that cannot be stored",
+                violations=[Violation(pointer="", type="number", message=str(error))],
+            ) from None
         except (ValueError, RecursionError):
             raise ParseError("not valid JSON") from None
         check_text(data)

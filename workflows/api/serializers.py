@@ -11,6 +11,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from workflows.jsonvalues import ExactDecoder, ExactEncoder
 from workflows.models import RunStatus
 
 NAME = 255  # ids, names, scopes, keys: at most 255 characters everywhere
@@ -22,7 +23,13 @@ def _name(**kwargs: Any) -> serializers.CharField:
 
 
 class AnyJSONField(serializers.JSONField):
-    """Any JSON value (bounded and checked for depth by the parser and the engine)."""
+    """Any JSON value (bounded and checked for depth by the parser and the engine); decimals
+    arrive as ``Decimal`` (see ``parsers``) and are kept exact (``workflows.jsonvalues``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("encoder", ExactEncoder)
+        kwargs.setdefault("decoder", ExactDecoder)
+        super().__init__(**kwargs)
 
 
 # --- input -----------------------------------------------------------------------------------
@@ -90,7 +97,7 @@ class LoadDefinitionInput(serializers.Serializer):
     scope = _name(required=False, default="default")
     format = serializers.ChoiceField(choices=["yaml", "json"], required=False, default="yaml")
     text = serializers.CharField(trim_whitespace=False)
-    metadata = serializers.JSONField(
+    metadata = AnyJSONField(
         required=False,
         allow_null=True,
         help_text="source attribution: source_type, source_uri, source_revision, source_author, upload_id (strings)",

@@ -23,7 +23,6 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.authentication import TokenAuthentication as DRFTokenAuthentication
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -32,6 +31,7 @@ from workflows import definitions, operations, queries
 from workflows.api import pagination, parsers, permissions
 from workflows.api import serializers as s
 from workflows.api.errors import PROBLEM_CONTENT_TYPE, escape_pointer_token, problem
+from workflows.api.renderers import ExactJSONRenderer
 from workflows.engine import bounds
 from workflows.exceptions import InstanceNotFound, InvalidPayload, TaskNotFound, Violation
 
@@ -139,7 +139,7 @@ class ApiView(APIView):
     # the header from the first class; session authentication has none and would make it 403).
     authentication_classes = [TokenAuthentication, SessionAuthentication]
     parser_classes = [parsers.BoundedJSONParser]
-    renderer_classes = [JSONRenderer]
+    renderer_classes = [ExactJSONRenderer]
     permission_classes: list[type[BasePermission]] = [IsAuthenticated]
     read_permission: type[BasePermission] | None = None
     write_permission: type[BasePermission] | None = None

@@ -24,6 +24,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import yaml
@@ -36,7 +37,7 @@ from yaml.reader import Reader
 from yaml.resolver import BaseResolver
 from yaml.scanner import Scanner
 
-from workflows import conf
+from workflows import conf, jsonvalues
 from workflows.definitions.names import safe_pointer
 from workflows.exceptions import DefinitionError, Violation
 
@@ -204,7 +205,11 @@ def _scalar(node: ScalarNode) -> Any:
         special = value.lstrip("+-").lower()
         if special in (".inf", ".nan"):
             return float("nan")  # refused by the caller: JSON has no NaN or infinities
-        return float(value)
+        # exact, as JSON numbers are read (workflows.jsonvalues): a schema's 1000.10 stays 1000.10
+        try:
+            return Decimal(value.replace("_", ""))
+        except InvalidOperation:  # pragma: no cover - the resolver matched a float's syntax
+            return float("nan")
     return value
 
 
@@ -224,6 +229,9 @@ def _from_yaml(root: Node, violations: list[Violation], lines: dict[str, int]) -
             value = _scalar(node)
             if isinstance(value, float) and not math.isfinite(value):
                 violations.append(Violation(at, "type", "NaN and infinities are not allowed", node.start_mark.line + 1))
+            elif isinstance(value, Decimal) and jsonvalues.number_problem(value):
+                problem = jsonvalues.number_problem(value) or ""
+                violations.append(Violation(at, "range", problem, node.start_mark.line + 1))
             container[key] = value
         elif isinstance(node, SequenceNode):
             items: list[Any] = [None] * len(node.value)
@@ -348,7 +356,11 @@ def parse(source: str | bytes, format: str = "yaml", *, max_bytes: int | None = 
     data: Any = None
     if format == "json":
         try:
-            data = json.loads(text, object_pairs_hook=_pairs, parse_constant=_refuse_constant)
+            data = json.loads(
+                text, object_pairs_hook=_pairs, parse_constant=_refuse_constant, parse_float=jsonvalues.parse_decimal
+            )
+        except jsonvalues.NumberOutOfRange as error:
+            raise _fail([Violation("", "range", str(error))]) from None
         except json.JSONDecodeError as error:
             raise _fail([Violation("", "syntax", f"not valid JSON: {error.msg}", error.lineno)]) from None
         except _DuplicateKey:

@@ -45,7 +45,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import celpy
 import lark
@@ -53,6 +53,7 @@ import re2
 from celpy import celtypes
 from celpy.evaluation import CELEvalError, CELUnsupportedError, Evaluator
 
+from workflows import jsonvalues
 from workflows.exceptions import ExpressionFailed
 
 MAX_EXPRESSION_BYTES = 4096
@@ -361,6 +362,22 @@ def _cel_int(value: int) -> Any:
     return celtypes.IntType(value)  # out of range: celpy's own overflow error
 
 
+class ExactDouble(celtypes.DoubleType):
+    """A CEL double read from a JSON decimal that remembers the decimal it was read from.
+
+    CEL computes with doubles; an expression that only moves a value (``{'amount':
+    payload.amount}``, a condition's branch) hands back this very object, and
+    :func:`from_cel` answers the exact Decimal again, so ``1000.10`` is not turned into
+    ``1000.1`` on its way into the state. Arithmetic makes a plain double (a new value)."""
+
+    exact: Decimal
+
+    def __new__(cls, exact: Decimal) -> ExactDouble:
+        made = cast(ExactDouble, super().__new__(cls, float(exact)))
+        made.exact = exact
+        return made
+
+
 def to_cel(value: Any, _depth: int = 0) -> Any:
     """A JSON-like Python value as celpy values (Decimal and datetime accepted).
 
@@ -393,9 +410,9 @@ def to_cel(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, float):
         return celtypes.DoubleType(value)
     if isinstance(value, Decimal):
-        if value == value.to_integral_value():
-            return _cel_int(int(value))
-        return celtypes.DoubleType(float(value))
+        # a JSON number with a fraction or an exponent (1000.10, 2.0, 1e3) is a CEL double, as
+        # it was when JSON was read into floats (workflows.jsonvalues: a Decimal is a decimal)
+        return ExactDouble(value)
     if isinstance(value, str):
         return celtypes.StringType(value)
     if isinstance(value, dt.datetime):
@@ -443,6 +460,8 @@ def from_cel(value: Any, _depth: int = 0, _meter: _Meter | None = None) -> Any:
         return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, int):
         return int(value)
+    if isinstance(value, ExactDouble):
+        return value.exact  # moved, not computed: the decimal as it was read
     if isinstance(value, float):
         return float(value)
     if isinstance(value, Mapping):
@@ -790,6 +809,8 @@ def _read_path(variables: Mapping[str, Any], path: tuple[str, ...]) -> Any:
         value = value[key]
     if value is None or isinstance(value, str | float):
         return value
+    if isinstance(value, Decimal) and value.is_finite():
+        return value  # a bare read keeps a decimal exact (the interpreter would make it a double)
     if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
         return value
     return _MISS
@@ -809,8 +830,6 @@ class Template:
     kind: str = "template"
 
     def evaluate(self, variables: Mapping[str, Any]) -> str:
-        import json
-
         out: list[str] = []
         for part in self.parts:
             if isinstance(part, str):
@@ -820,7 +839,7 @@ class Template:
             if value is None:
                 continue
             if isinstance(value, dict | list):
-                out.append(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+                out.append(jsonvalues.canonical(value))
             elif isinstance(value, bool):
                 out.append("true" if value else "false")
             else:

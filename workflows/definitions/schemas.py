@@ -16,10 +16,12 @@
 from __future__ import annotations
 
 import hashlib
-import json
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from decimal import Decimal
+from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
@@ -29,7 +31,7 @@ from jsonschema.exceptions import SchemaError
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
-from workflows import conf
+from workflows import conf, jsonvalues
 from workflows.definitions.names import is_safe, safe_path
 from workflows.exceptions import Violation
 
@@ -62,23 +64,105 @@ def _re2_pattern_properties(
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
+# --- numbers: a JSON decimal arrives as Decimal (workflows.jsonvalues), a schema's or a Python
+# caller's as float. Python compares a Decimal with a float by the float's binary value
+# (Decimal("0.1") < 0.1 is true) and refuses Decimal % float, so the numeric keywords compare
+# both sides as the decimals they were written as (a float by its shortest repr).
+
+
+def _exact(value: Any) -> Any:
+    if isinstance(value, float) and math.isfinite(value):
+        return Decimal(repr(value))
+    return value
+
+
+def _is_number(validator: Any, instance: Any) -> bool:
+    return validator.is_type(instance, "number")
+
+
+def _bound(name: str, fails: Any) -> Any:
+    def check(validator: Any, limit: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+        if _is_number(validator, instance) and fails(_exact(instance), _exact(limit)):
+            yield ValidationError(f"violates {name}")
+
+    return check
+
+
+def _multiple_of(validator: Any, step: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+    if not _is_number(validator, instance):
+        return
+    try:
+        failed = (Fraction(_exact(instance)) / Fraction(_exact(step))).denominator != 1
+    except (ValueError, OverflowError, ZeroDivisionError):
+        failed = True
+    if failed:
+        yield ValidationError("violates multipleOf")
+
+
+def _same_json(one: Any, two: Any) -> bool:
+    """JSON equality: 1 and 1.0 are equal numbers, True and 1 are not, 0.1 is 0.1 however held."""
+    if isinstance(one, bool) or isinstance(two, bool):
+        return isinstance(one, bool) and isinstance(two, bool) and one == two
+    if isinstance(one, int | float | Decimal) and isinstance(two, int | float | Decimal):
+        return bool(_exact(one) == _exact(two))
+    if isinstance(one, str) or isinstance(two, str):
+        return bool(one == two)
+    if isinstance(one, list) and isinstance(two, list):
+        return len(one) == len(two) and all(_same_json(a, b) for a, b in zip(one, two, strict=True))
+    if isinstance(one, Mapping) and isinstance(two, Mapping):
+        return one.keys() == two.keys() and all(_same_json(one[k], two[k]) for k in one)
+    return bool(one == two)
+
+
+def _enum(validator: Any, enums: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+    if all(not _same_json(each, instance) for each in enums):
+        yield ValidationError("is not one of the allowed values")
+
+
+def _const(validator: Any, const: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+    if not _same_json(instance, const):
+        yield ValidationError("is not the expected value")
+
+
+def _is_integer(checker: Any, instance: Any) -> bool:
+    if isinstance(instance, Decimal):  # 2.0 is an integer to JSON Schema, as the float 2.0 is
+        return instance.is_finite() and instance == instance.to_integral_value()
+    return bool(_INTEGER(checker, instance))
+
+
+_INTEGER = Draft202012Validator.TYPE_CHECKER._type_checkers["integer"]
+
 Re2Validator = validators.extend(
     Draft202012Validator,
-    validators={"pattern": _re2_pattern, "patternProperties": _re2_pattern_properties},
+    validators={
+        "pattern": _re2_pattern,
+        "patternProperties": _re2_pattern_properties,
+        "minimum": _bound("minimum", lambda value, limit: value < limit),
+        "maximum": _bound("maximum", lambda value, limit: value > limit),
+        "exclusiveMinimum": _bound("exclusiveMinimum", lambda value, limit: value <= limit),
+        "exclusiveMaximum": _bound("exclusiveMaximum", lambda value, limit: value >= limit),
+        "multipleOf": _multiple_of,
+        "enum": _enum,
+        "const": _const,
+    },
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
 )
 # No retrieval: a reference that is not inside the schema itself can never be resolved.
 _EMPTY_REGISTRY: Registry = Registry()
 
 
 def canonical_json(value: Any) -> str:
-    """Sorted keys, no whitespace, integral floats as integers: equal schemas, equal text."""
-    return json.dumps(_normalise_numbers(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """Sorted keys, no whitespace, integral numbers as integers, each other decimal in one
+    normal form (a float and a Decimal of 0.1 alike): equal schemas, equal text."""
+    return jsonvalues.normal(_normalise_numbers(value))
 
 
 def _normalise_numbers(value: Any) -> Any:
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
         return int(value)
     if isinstance(value, Mapping):
         return {str(k): _normalise_numbers(v) for k, v in value.items()}

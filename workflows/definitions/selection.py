@@ -24,13 +24,13 @@ fence for status).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
 
+from workflows import jsonvalues
 from workflows.definitions.store import DEFAULT_SCOPE, check_definition_id, check_scope, named, named_scope
 from workflows.exceptions import DefinitionMissing, Deprecated, LifecycleError, NoCurrentVersion, VersionNotRunnable
 
@@ -78,7 +78,7 @@ class _Version:
 
 
 def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
+    return jsonvalues.loads(value) if isinstance(value, str) else value
 
 
 Fetch = Callable[[str, dict[str, Any]], list[tuple[Any, ...]]]

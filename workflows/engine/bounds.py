@@ -13,13 +13,13 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from workflows import conf
+from workflows import conf, jsonvalues
 from workflows.exceptions import InvalidPayload, Violation
 
 MAX_DEPTH = 64
 
 
-def _scalar_size(value: Any) -> int:
+def _scalar_size(value: Any, what: str = "payload") -> int:
     if isinstance(value, str):
         return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
     if value is None:
@@ -28,8 +28,18 @@ def _scalar_size(value: Any) -> int:
         return 4
     if value is False:
         return 5
-    if isinstance(value, int | float | Decimal):
-        return len(json.dumps(float(value) if isinstance(value, Decimal) else value))
+    if isinstance(value, int):
+        return len(str(value))
+    if isinstance(value, float | Decimal):
+        # a decimal is stored digit for digit; one that cannot be (NaN, 1e400) is refused here,
+        # on every way in (API, forms, Python API), before anything is written
+        problem = jsonvalues.number_problem(value)
+        if problem is not None:
+            raise InvalidPayload(
+                f"{what} holds a number that cannot be stored",
+                violations=[Violation(pointer="", type="number", message=problem)],
+            )
+        return len(jsonvalues.decimal_text(value) if isinstance(value, Decimal) else repr(value))
     raise InvalidPayload(
         "payload is not JSON", violations=[Violation(pointer="", type="binding", message="payload is not JSON")]
     )
@@ -65,7 +75,7 @@ def check_payload(value: Any, *, max_bytes: int | None = None, what: str = "payl
                 for child in item:
                     stack.append((child, depth))
         else:
-            total += _scalar_size(item)
+            total += _scalar_size(item, what)
         if total > limit:
             raise InvalidPayload(
                 f"{what} is larger than maxPayloadBytes ({limit})",

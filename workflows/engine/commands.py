@@ -11,9 +11,9 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from workflows import jsonvalues
 from workflows.engine import db, observers
 from workflows.engine.actors import TIMER, Actor
-from workflows.engine.history import canonical
 
 INSERT = (
     "INSERT INTO workflow_commands (run_id, seq, kind, timer_kind, status, payload, target, task_id, timer_id, "
@@ -27,7 +27,8 @@ _PLAIN = INSERT.format(order="clock_timestamp()", fire="NULL")
 
 
 def fingerprint(value: Any) -> str:
-    return hashlib.sha256(canonical(value).encode("utf-8")).hexdigest()
+    # each decimal in its normal form: 1000.1 and 1000.10 are one value (1 and 1.0 are not)
+    return hashlib.sha256(jsonvalues.normal(value).encode("utf-8")).hexdigest()
 
 
 def next_seq(run: dict[str, Any]) -> int:

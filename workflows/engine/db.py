@@ -6,11 +6,9 @@ module keeps the cursor handling, JSON parameters and error mapping in one place
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -24,8 +22,9 @@ from django.db import (
     connections,
 )
 from psycopg.pq import ExecStatus, TransactionStatus
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Jsonb, set_json_dumps, set_json_loads
 
+from workflows import jsonvalues
 from workflows.exceptions import InvalidPayload, LockTimeout, PersistenceError, Violation
 
 Params = Sequence[Any] | Mapping[str, Any]  # positional (%s) or named (%(name)s) parameters
@@ -37,14 +36,19 @@ IDLE = TransactionStatus.IDLE
 TUPLES_OK = ExecStatus.TUPLES_OK
 
 
-def _default(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return float(value)
-    raise TypeError("not JSON serialisable")
-
-
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_default)
+    """Compact JSON for a jsonb parameter: a Decimal is written as the exact number it holds
+    (jsonb keeps ``1000.10`` as ``1000.10``), see ``workflows.jsonvalues``."""
+    return jsonvalues.dumps(value)
+
+
+loads = jsonvalues.loads  # decimals come back as Decimal, integers as int
+
+# Django has psycopg hand jsonb over as text (decoded above), but not json: a ``row_to_json``
+# or ``json_agg`` column is decoded by psycopg itself, with ``json.loads`` (decimals as floats)
+# unless told otherwise. Process-wide, as psycopg's JSON adapters are.
+set_json_loads(jsonvalues.loads)
+set_json_dumps(jsonvalues.dumps)
 
 
 def jsonb(value: Any) -> Jsonb | None:
@@ -93,7 +97,7 @@ def decode_row(row: Sequence[Any], json_columns: tuple[int, ...]) -> tuple[Any, 
     for i in json_columns:
         value = decoded[i]
         if isinstance(value, str):
-            decoded[i] = json.loads(value)
+            decoded[i] = loads(value)
     return tuple(decoded)
 
 

@@ -12,7 +12,6 @@ buffer asks the run's redactor at most once per definition version.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -20,6 +19,7 @@ from typing import Any
 
 import jsonpatch
 
+from workflows import jsonvalues
 from workflows.engine import db, redaction
 from workflows.engine.actors import NONE, Actor
 
@@ -27,15 +27,9 @@ PATCH_LIMIT = 65536
 OUTCOME_LIMIT = 40
 
 
-def canonical(value: Any) -> str:
-    """Canonical JSON: sorted keys, compact, exact numbers (an int and a float differ)."""
-
-    def default(v: Any) -> Any:
-        if isinstance(v, Decimal):
-            return float(v)
-        raise TypeError("not JSON")
-
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=default)
+# Canonical JSON: sorted keys, compact, exact numbers (an int and a decimal differ, and a
+# Decimal keeps its digits: ``1000.10`` stays ``1000.10``).
+canonical = jsonvalues.canonical
 
 
 @dataclass
@@ -165,7 +159,7 @@ class HistoryBuffer:
             if len(b.encode()) > PATCH_LIMIT or len(a.encode()) > PATCH_LIMIT:
                 patch, baseline = None, True
             else:
-                patch = diff(json.loads(b), json.loads(a))
+                patch = diff(jsonvalues.loads(b), jsonvalues.loads(a))
                 if len(canonical(patch).encode()) > PATCH_LIMIT:
                     patch, baseline = None, True
         self.add(
@@ -267,14 +261,21 @@ HISTORY_INSERT_MANY = HISTORY_INSERT.replace("SELECT %s, e.seq", "SELECT e.run_i
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal as the log sees it: an int and a float (1 and 1.0) or a bool and an int differ."""
+    """Equal as the log sees it: an int and a decimal (1 and 1.0) or a bool and an int differ;
+    two decimals are equal by value (1.0 and 1.00), whether Decimal or float."""
     if type(a) is not type(b):
+        if isinstance(a, Decimal | float) and isinstance(b, Decimal | float):
+            return _decimal(a) == _decimal(b)
         return False
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
+
+
+def _decimal(value: Decimal | float) -> Decimal:
+    return Decimal(repr(value)) if isinstance(value, float) else value
 
 
 def _escape(token: str) -> str:

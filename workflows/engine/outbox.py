@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import os
 import threading
@@ -129,8 +128,8 @@ def _recorded(
                 "kind": kind,
                 "target": target,
                 # what the claim below would read back from the row
-                "payload": json.loads(db.dumps(payload)) if payload is not None else None,
-                "headers": json.loads(db.dumps(headers)),
+                "payload": db.loads(db.dumps(payload)) if payload is not None else None,
+                "headers": db.loads(db.dumps(headers)),
                 "idempotency_key": key,
                 "attempts": 1,
                 "token": token,
@@ -540,7 +539,7 @@ def _perform(intent: dict[str, Any]) -> None:
 
 
 def _webhook(url: str, intent: dict[str, Any]) -> None:
-    body = json.dumps(intent["payload"], separators=(",", ":")).encode("utf-8")
+    body = db.dumps(intent["payload"]).encode("utf-8")  # decimals exact, as stored
     from workflows import conf
 
     signature = hmac.new(conf.webhook_signing_key(), body, hashlib.sha256).hexdigest()

@@ -23,13 +23,13 @@ a segment (see ``HistoryBuffer.pointers``).
 from __future__ import annotations
 
 import copy
-import json
 import re
 import threading
 from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any
 
+from workflows import jsonvalues
 from workflows.exceptions import PersistenceError
 
 REDACTED = "[redacted]"
@@ -156,7 +156,7 @@ def _render(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float | Decimal):
         return str(value)
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return jsonvalues.canonical(value)
 
 
 def _leaves(value: Any) -> Iterable[Any]:

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from workflows.models.fields import json_field
+
 
 class BranchStatus(models.TextChoices):
     RUNNING = "RUNNING"
@@ -22,9 +24,9 @@ class Branch(models.Model):
     generation = models.PositiveIntegerField(default=1)
     status = models.CharField(max_length=12, choices=BranchStatus.choices, default=BranchStatus.RUNNING)
     current_step = models.CharField(max_length=255, blank=True, default="")
-    wait = models.JSONField(null=True, blank=True)
-    state = models.JSONField(null=True, blank=True)  # the branch's working copy of the state
-    result = models.JSONField(null=True, blank=True)
+    wait = json_field(null=True, blank=True)
+    state = json_field(null=True, blank=True)  # the branch's working copy of the state
+    result = json_field(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -48,7 +50,7 @@ class Join(models.Model):
     join_step = models.CharField(max_length=255)
     policy = models.CharField(max_length=8)
     required = models.PositiveIntegerField()
-    base = models.JSONField(null=True, blank=True)  # the state when the fork dispatched
+    base = json_field(null=True, blank=True)  # the state when the fork dispatched
     decided = models.BooleanField(default=False)
     outcome = models.CharField(max_length=16, blank=True, default="")
     decided_at = models.DateTimeField(null=True, blank=True)

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.db import models
 
 from workflows.models.actors import ActorColumns
+from workflows.models.fields import json_field
 
 
 class CommandKind(models.TextChoices):
@@ -60,8 +61,8 @@ class Command(ActorColumns):
     kind = models.CharField(max_length=16, choices=CommandKind.choices)
     timer_kind = models.CharField(max_length=8, choices=TimerKind.choices, blank=True, default="")
     status = models.CharField(max_length=16, choices=CommandStatus.choices, default=CommandStatus.PENDING)
-    payload = models.JSONField(null=True, blank=True)
-    target = models.JSONField(null=True, blank=True)  # signal name/branch, task, timer wait, migration target
+    payload = json_field(null=True, blank=True)
+    target = json_field(null=True, blank=True)  # signal name/branch, task, timer wait, migration target
     task_id = models.UUIDField(null=True, blank=True)  # COMPLETION and DUE/REMINDER: the task they concern
     timer_id = models.BigIntegerField(null=True, blank=True)
     dedup_key = models.CharField(max_length=255, blank=True, default="")
@@ -78,7 +79,7 @@ class Command(ActorColumns):
     claimed_by = models.CharField(max_length=255, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=4000, blank=True, default="")
-    context = models.JSONField(null=True, blank=True)
+    context = json_field(null=True, blank=True)
     was_parked = models.BooleanField(default=False)
     reconciled_by = models.CharField(max_length=255, blank=True, default="")
     reconciled_at = models.DateTimeField(null=True, blank=True)
@@ -147,7 +148,7 @@ class Dedup(models.Model):
     fingerprint = models.CharField(max_length=64)
     run_id = models.UUIDField(null=True, blank=True)
     command_id = models.BigIntegerField(null=True, blank=True)
-    result = models.JSONField(null=True, blank=True)
+    result = json_field(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -181,7 +182,7 @@ class Timer(models.Model):
     task_id = models.UUIDField(null=True, blank=True)
     fire_at = models.DateTimeField()
     interval_seconds = models.FloatField(null=True, blank=True)  # recurring reminders
-    context = models.JSONField(null=True, blank=True)
+    context = json_field(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -210,8 +211,8 @@ class OutboxIntent(models.Model):
     step = models.CharField(max_length=255, blank=True, default="")
     kind = models.CharField(max_length=16)  # SERVICE / COMPENSATION / EVENT / NOTIFY
     target = models.CharField(max_length=2048)
-    payload = models.JSONField(null=True, blank=True)
-    headers = models.JSONField(default=dict)
+    payload = json_field(null=True, blank=True)
+    headers = json_field(default=dict)
     idempotency_key = models.CharField(max_length=255)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from workflows.models.fields import json_field
+
 
 class DefinitionStatus(models.TextChoices):
     CANDIDATE = "CANDIDATE"
@@ -20,10 +22,10 @@ class DefinitionVersion(models.Model):
     kind = models.CharField(max_length=16, default="DOCUMENT")
     status = models.CharField(max_length=16, choices=DefinitionStatus.choices, default=DefinitionStatus.CANDIDATE)
     contract = models.CharField(max_length=255)
-    contract_signals = models.JSONField(null=True, blank=True)  # name -> schema, as declared
-    state_schema = models.JSONField(null=True, blank=True)
-    start_schema = models.JSONField(null=True, blank=True)
-    signal_names = models.JSONField(null=True, blank=True)  # names the plan waits for
+    contract_signals = json_field(null=True, blank=True)  # name -> schema, as declared
+    state_schema = json_field(null=True, blank=True)
+    start_schema = json_field(null=True, blank=True)
+    signal_names = json_field(null=True, blank=True)  # names the plan waits for
     plan_hash = models.CharField(max_length=64)
     format = models.CharField(max_length=8, default="yaml")
     text = models.TextField()

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.db import models
 
 from workflows.models.actors import ActorColumns
+from workflows.models.fields import json_field
 
 
 class HistoryEntry(ActorColumns):
@@ -29,8 +30,8 @@ class HistoryEntry(ActorColumns):
     state_version_before = models.PositiveIntegerField(null=True, blank=True)
     state_version_after = models.PositiveIntegerField(null=True, blank=True)
     executor_id = models.CharField(max_length=255, blank=True, default="")
-    patch = models.JSONField(null=True, blank=True)
-    payload = models.JSONField(null=True, blank=True)
+    patch = json_field(null=True, blank=True)
+    payload = json_field(null=True, blank=True)
     entry_version = models.PositiveSmallIntegerField(default=2)
 
     class Meta:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from workflows.models.fields import json_field
+
 
 class MigrationRecordStatus(models.TextChoices):
     PREVIEWED = "PREVIEWED"  # runs frozen, nothing applied yet
@@ -49,7 +51,7 @@ class MigrationRecord(models.Model):
     )
     # one entry per position row the user asked for: node, kind, action, target node, how
     # many runs were frozen and whether the whole position or a picked subset was selected
-    rows = models.JSONField(default=list)
+    rows = json_field(default=list)
     total = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     applied_at = models.DateTimeField(null=True, blank=True)

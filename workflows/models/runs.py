@@ -5,6 +5,7 @@ import uuid
 from django.db import models
 
 from workflows.models.actors import ActorColumns
+from workflows.models.fields import json_field
 
 
 class RunStatus(models.TextChoices):
@@ -37,16 +38,16 @@ class Run(ActorColumns):
     plan_hash = models.CharField(max_length=64)
     start_scope = models.CharField(max_length=255, default="default")
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
-    state = models.JSONField(null=True, blank=True)
+    state = json_field(null=True, blank=True)
     state_version = models.PositiveIntegerField(default=0)
     # null until the first segment runs: a PENDING run has no step yet (queries show null)
     current_step = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
-    wait = models.JSONField(null=True, blank=True)  # {"kind": "signal"|"timer"|"task"|"call"|"join", ...}
+    wait = json_field(null=True, blank=True)  # {"kind": "signal"|"timer"|"task"|"call"|"join", ...}
     subject_type = models.CharField(max_length=64, blank=True, default="")
     subject_id = models.CharField(max_length=255, blank=True, default="")
     subject_version = models.CharField(max_length=64, blank=True, default="")
     business_key = models.CharField(max_length=255, blank=True, default="")
-    context = models.JSONField(null=True, blank=True)
+    context = json_field(null=True, blank=True)
     failure_code = models.CharField(max_length=64, blank=True, default="")
     failure_message = models.CharField(max_length=4000, blank=True, default="")
     parent_run = models.ForeignKey(
@@ -55,7 +56,7 @@ class Run(ActorColumns):
     parent_step = models.CharField(max_length=255, blank=True, default="")
     parent_branch = models.CharField(max_length=255, blank=True, default="")
     call_depth = models.PositiveIntegerField(default=0)
-    compensation = models.JSONField(null=True, blank=True)  # completed steps with compensations, in order
+    compensation = json_field(null=True, blank=True)  # completed steps with compensations, in order
     next_seq = models.PositiveIntegerField(default=1)
     open_signals = models.PositiveIntegerField(default=0)
     history_seq = models.PositiveIntegerField(default=0)

@@ -4,6 +4,8 @@ import uuid
 
 from django.db import models
 
+from workflows.models.fields import json_field
+
 
 class TaskStatus(models.TextChoices):
     OPEN = "OPEN"
@@ -32,7 +34,7 @@ class Task(models.Model):
     assignment_mode = models.CharField(max_length=16)  # user | group
     assignment_value = models.CharField(max_length=255)
     status = models.CharField(max_length=12, choices=TaskStatus.choices, default=TaskStatus.OPEN)
-    decisions = models.JSONField(default=list)  # [{"name", "schema", "label"}]
+    decisions = json_field(default=list)  # [{"name", "schema", "label"}]
     require_version_stability = models.BooleanField(default=False)
     subject_version = models.CharField(max_length=64, blank=True, default="")
     due_at = models.DateTimeField(null=True, blank=True)

@@ -19,13 +19,14 @@ what was submitted, so an error page never echoes a value back as text.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from workflows import jsonvalues
 
 SIMPLE = ("string", "number", "integer", "boolean")
 LONG_TEXT = 120  # strings allowed to be longer than this get a text area
@@ -82,7 +83,7 @@ def humanise(name: str) -> str:
 
 def encode_choice(value: Any) -> str:
     """The option value of an enum member: its JSON, so numbers and booleans keep their type."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return jsonvalues.canonical(value)
 
 
 @dataclass
@@ -297,7 +298,7 @@ def _initial(f: Field) -> Any:
     if f.kind == "lines":
         return "\n".join(_plain(v) for v in default) if isinstance(default, list) else ""
     if f.kind == "json":
-        return json.dumps(default, indent=2, sort_keys=True)
+        return jsonvalues.dumps(default, indent=2, sort_keys=True)
     if f.kind == "datetime" and isinstance(default, str):
         return default.replace("Z", "")[:16]
     return str(default)
@@ -352,7 +353,7 @@ def _read(f: Field, data: Any) -> Any:
         if any(r not in allowed for r in raw_list):
             f.errors.append("Choose only from the offered values.")
             return _MISSING
-        return [json.loads(r) for r in raw_list]
+        return [jsonvalues.loads(r) for r in raw_list]
     raw = str(data.get(f.name, ""))
     f.value = raw
     try:
@@ -368,12 +369,14 @@ def _convert(f: Field, raw: str) -> Any:
             return _MISSING
         if raw not in {encoded for encoded, _ in f.choices}:
             raise _Unreadable("Choose one of the offered values.")
-        return json.loads(raw)
+        return jsonvalues.loads(raw)
     if f.kind == "json":
         if raw.strip() == "":
             return _MISSING
         try:
-            return json.loads(raw)
+            return jsonvalues.loads_input(raw)
+        except jsonvalues.NumberOutOfRange:
+            raise _Unreadable("Enter numbers that are finite and at most 1e308 in magnitude.") from None
         except ValueError:
             raise _Unreadable("Enter valid JSON.") from None
     if f.kind == "lines":
@@ -399,11 +402,11 @@ def _scalar(kind: str, raw: str) -> Any:
             raise _Unreadable("Enter a number.") from None
         if not number.is_finite():
             raise _Unreadable("Enter a number.")
-        return (
-            int(number)
-            if number == number.to_integral_value() and "." not in text and "e" not in text.lower()
-            else float(number)
-        )
+        if jsonvalues.number_problem(number) is not None:
+            raise _Unreadable("Enter a number of at most 1e308 in magnitude.")
+        if number == number.to_integral_value() and "." not in text and "e" not in text.lower():
+            return int(number)
+        return number  # exact: 1000.10 is kept as 1000.10 (workflows.jsonvalues)
     if kind == "date":
         try:
             return date.fromisoformat(text).isoformat()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from decimal import Decimal
 from typing import Any
 
 from django.contrib import messages
@@ -28,7 +29,7 @@ from django.urls import reverse
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods
 
-from workflows import access, operations, queries
+from workflows import access, jsonvalues, operations, queries
 from workflows.access import Capability, page_requires
 from workflows.exceptions import AlreadyMovedOn, InstanceNotFound, LockTimeout, PersistenceError
 from workflows.models import HistoryEntry, Run, RunStatus
@@ -60,13 +61,20 @@ def _int(value: Any) -> int | None:
 # --- presentation helpers ------------------------------------------------------------------
 
 
+class _ShownEncoder(jsonvalues.ExactEncoder):
+    """Decimals as the numbers they are (1000.10), anything else not JSON as its text."""
+
+    def default(self, o: Any) -> Any:
+        return super().default(o) if isinstance(o, Decimal) else str(o)
+
+
 def _compact(value: Any, limit: int = VALUE_CHARS) -> str:
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, cls=_ShownEncoder)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _pretty(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str)
+    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, cls=_ShownEncoder)
 
 
 def actor_text(kind: str, ident: str, reason: str = "", on_behalf_of: str = "", status: str = "") -> str:

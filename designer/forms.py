@@ -162,7 +162,7 @@ DECISION_ROW = (
     Spec("next", "Next step", "step"),
     Spec("set", "Set (CEL)", "cel", variables="decision"),
 )
-ROUTE_ROW = (Spec("when", "When (CEL)", "cel", variables="state"), Spec("to", "Go to", "step"))
+ROUTE_ROW = (Spec("when", "When (CEL)", "cel", variables="when"), Spec("to", "Go to", "step"))
 ROW_KINDS = {"human-task": ("decisions", DECISION_ROW), "decision": ("routes", ROUTE_ROW)}
 
 

@@ -221,6 +221,7 @@ def graph_svg(plan: Plan, *, marks: Mapping[str, str] | None = None, title: str 
 CEL_VARIABLES = {
     # the variables each kind of CEL field provides (docs/authoring.md, "Expressions")
     "state": ("state",),
+    "when": ("state", "conditions"),  # a decision route: the state and the named conditions
     "payload": ("payload",),
     "signal": ("state", "payload"),
     "decision": ("state", "payload", "decision"),

@@ -151,3 +151,10 @@ def test_cel_is_checked_with_the_fields_variables() -> None:
     assert services.check_expression("payload.x == decision", variables="decision") is None
     assert services.check_expression("Hello {{ state.name }}", variables="state", template=True) is None
     assert services.check_expression("Hello {{ state. }}", variables="state", template=True) is not None
+
+
+def test_a_route_when_may_read_named_conditions_as_loading_does() -> None:
+    # the step form's route row checks with the compiler's variables for a decision's when
+    assert services.check_expression("conditions['purchase.small'] && state.total > 1", variables="when") is None
+    assert services.check_expression("conditions['purchase.small']", variables="state") is not None
+    assert services.check_expression("payload.x", variables="when") is not None

@@ -392,6 +392,7 @@ def test_only_public_addresses_are_allowed_by_default(address: str, allowed: boo
 @pytest.fixture
 def allow() -> Any:
     """``allow(*networks)``: WORKFLOWS["SERVICES"]["ALLOWED_NETWORKS"] for this test only."""
+    from django.conf import settings
     from django.test import override_settings
 
     from workflows import conf
@@ -399,7 +400,9 @@ def allow() -> Any:
     overrides: list[Any] = []
 
     def _allow(*networks: str) -> None:
-        override = override_settings(WORKFLOWS={"SERVICES": {"ALLOWED_NETWORKS": list(networks)}})
+        # the site's other WORKFLOWS sections (the webhook signing secret among them) stay
+        workflows = {**getattr(settings, "WORKFLOWS", {}), "SERVICES": {"ALLOWED_NETWORKS": list(networks)}}
+        override = override_settings(WORKFLOWS=workflows)
         override.enable()
         overrides.append(override)
         conf.reload()

@@ -10,7 +10,10 @@ on every attempt.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -44,12 +47,25 @@ CORPUS: list[tuple[str, str, dict[str, Any]]] = [
 ]
 
 
+@contextlib.contextmanager
+def _no_collection_of_the_suites_garbage() -> Iterator[None]:
+    """The CPU measured is the evaluation's own: late in the whole suite, a cyclic collection
+    of the test process's large heap can start inside the measured lines and cost ~0.5 s."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def _fails_fast(expression: str, state: dict[str, Any]) -> tuple[str, float]:
     computation = compile_expression(expression, ["state"])
-    started = time.thread_time()
-    with pytest.raises(ExpressionFailed) as caught:
-        computation.evaluate({"state": state})
-    return caught.value.message, time.thread_time() - started
+    with _no_collection_of_the_suites_garbage():
+        started = time.thread_time()
+        with pytest.raises(ExpressionFailed) as caught:
+            computation.evaluate({"state": state})
+        return caught.value.message, time.thread_time() - started
 
 
 @pytest.mark.parametrize(("name", "expression", "state"), CORPUS, ids=[c[0] for c in CORPUS])
@@ -100,9 +116,10 @@ def test_matching_a_catastrophic_pattern_is_linear():
 def test_converting_a_large_payload_is_cheap():
     """The inputs are converted before the clock starts: 50,000 numbers must not cost seconds."""
     comp = compile_expression("size(state.xs)", ["state"])
-    started = time.thread_time()
-    assert comp.evaluate({"state": {"xs": list(range(50_000))}}) == 50_000
-    assert time.thread_time() - started < 0.3
+    with _no_collection_of_the_suites_garbage():
+        started = time.thread_time()
+        assert comp.evaluate({"state": {"xs": list(range(50_000))}}) == 50_000
+        assert time.thread_time() - started < 0.3
 
 
 def test_ordinary_expressions_still_work():

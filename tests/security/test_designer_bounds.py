@@ -48,7 +48,11 @@ def maximum_document(limit: int = 262_144) -> str:
 
 
 def _client(username: str) -> Client:
+    from django.contrib.auth.models import Permission
+
     user = get_user_model().objects.create_user(username, password="pw", is_staff=True)
+    # the designer's pages ask the view-definitions capability (workflows.access)
+    user.user_permissions.add(Permission.objects.get(codename="view_definitionversion"))
     client = Client()
     client.force_login(user)
     return client

@@ -363,7 +363,7 @@ def test_cancelling_a_called_run_says_and_does_that_its_caller_goes_first(demo_u
     drain()
     called = Run.objects.get(parent_run_id=caller_id)
     assert called.status == "WAITING"
-    owner = client_for(user("owner", perms=("change_definitionversion",)))
+    owner = client_for(user("owner", perms=("view_run", "cancel_runs")))
 
     confirm = owner.get(f"/runs/{called.id}/cancel/")
     words = text(confirm)

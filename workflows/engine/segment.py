@@ -31,6 +31,7 @@ from workflows.engine.drive import (
 )
 from workflows.engine.evaluate import apply_set, evaluate
 from workflows.engine.nodes.base import WAIT
+from workflows.exceptions import ExpressionFailed
 
 log = logging.getLogger("workflows.engine")
 _PLAIN = re.compile(r"^[A-Za-z0-9_.$-]{1,255}$")
@@ -331,11 +332,15 @@ def initialise(drive: Drive, payload: Any) -> None:
     assert plan is not None
     # the application's initial state and subject resolver may fail for reasons of the moment
     # (a lookup they make): the segment rolls back and the run stays PENDING until the claim
-    # lapses and the start is claimed again (engine.txt, "Starting an instance")
+    # lapses and the start is claimed again (engine.txt, "Starting an instance"). A CEL
+    # expression in their place is the definition's own and fails the same way every time
+    # (a missing key, a type, the evaluation budget): it fails the run at once.
     if plan.initial_state is not None:
         try:
             state = evaluate(plan.initial_state, {"payload": payload}, step=plan.initial_step, field="initialState")
         except DeterministicFailure as exc:
+            if isinstance(exc.__cause__, ExpressionFailed):
+                raise
             raise InitialisationFailed("initial state") from exc
     else:
         state = payload if payload is not None else {}
@@ -345,6 +350,8 @@ def initialise(drive: Drive, payload: Any) -> None:
         try:
             subject = evaluate(plan.subject, {"state": state}, step=plan.initial_step, field="subject")
         except DeterministicFailure as exc:
+            if isinstance(exc.__cause__, ExpressionFailed):
+                raise
             raise InitialisationFailed("subject") from exc
         if isinstance(subject, dict):
             drive.run["subject_type"] = str(subject.get("type") or "")[:64]

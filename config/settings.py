@@ -50,7 +50,24 @@ if TEST_RUN:
 DEBUG = env_bool("DEBUG", False)
 # No known fallback key: with DEBUG off a missing SECRET_KEY stops start-up. With DEBUG on, the
 # key `dev.py run` keeps under the data folder (made on first use, mode 0600).
+# Commands that neither serve requests nor sign anything (building or applying the schema,
+# collecting static files, help) run with a throwaway random key that is never stored, so
+# `manage.py makemigrations --check` or a deploy's `migrate` step needs no secret.
+OFFLINE_COMMANDS = frozenset(
+    {
+        "makemigrations",
+        "migrate",
+        "showmigrations",
+        "sqlmigrate",
+        "collectstatic",
+        "help",
+        "makemessages",
+        "compilemessages",
+    }
+)
 SECRET_KEY = os.environ.get("SECRET_KEY", "").strip()
+if not SECRET_KEY and Path(sys.argv[0]).name == "manage.py" and sys.argv[1:2] and sys.argv[1] in OFFLINE_COMMANDS:
+    SECRET_KEY = secrets.token_urlsafe(64)
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(

@@ -25,14 +25,12 @@ from rest_framework.response import Response
 from capture import reconcile as reconciling
 from capture.models import Capture, CaptureEvent, CaptureStatus
 from workflows.access import Capability
-from workflows.api import pagination, permissions
-from workflows.api.views import PAGE, ApiView, errors, valid
-
-CanReadCaptures = permissions.CanReadCaptures  # the view captures capability (workflows.access)
+from workflows.api.base import PAGE, ApiView, Cursor, errors, requires, valid
 
 
-class CaptureCursor(pagination.HistoryCursor):
+class CaptureCursor(Cursor):
     ordering = ("-id",)
+    position_kind = "integer"
 
 
 class ReconciledOut(serializers.Serializer):
@@ -111,7 +109,7 @@ FILTERS = [
 
 class CapturesView(ApiView):
     pagination_class = CaptureCursor
-    read_permission = CanReadCaptures
+    read_permission = requires(Capability.VIEW_CAPTURES)
 
     @extend_schema(
         operation_id="captures_list",
@@ -138,7 +136,7 @@ class CapturesView(ApiView):
 
 
 class CaptureReconcileView(ApiView):
-    write_permission = permissions.requires(Capability.OPERATE)
+    write_permission = requires(Capability.OPERATE)
 
     @extend_schema(
         operation_id="captures_reconcile",

@@ -28,7 +28,7 @@ from rest_framework.response import Response
 
 from workflows import operations, queries
 from workflows.api import pagination, permissions
-from workflows.api.views import PAGE, ApiView, errors, valid
+from workflows.api.base import PAGE, ApiView, errors, valid
 from workflows.exceptions import MigrationIllegalState
 
 NAME = 255
@@ -152,11 +152,11 @@ class NothingSelectedOut(serializers.Serializer):
 # --- helpers --------------------------------------------------------------------------------
 
 
-class RecordCursor(pagination._Cursor):
+class RecordCursor(pagination.Cursor):
     ordering = ("-created_at", "-id")
 
 
-class ItemCursor(pagination._Cursor):
+class ItemCursor(pagination.Cursor):
     ordering = ("id",)
     position_kind = "integer"
 

@@ -22,7 +22,9 @@ PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
 
 
-class _Cursor(CursorPagination):
+class Cursor(CursorPagination):
+    """A keyset cursor whose position is checked before the query (subclasses set ``ordering``)."""
+
     page_size = PAGE_SIZE
     page_size_query_param = "page_size"
     max_page_size = MAX_PAGE_SIZE
@@ -40,15 +42,15 @@ class _Cursor(CursorPagination):
         return cursor
 
 
-class RunCursor(_Cursor):
+class RunCursor(Cursor):
     ordering = ("-created_at", "-id")
 
 
-class TaskCursor(_Cursor):
+class TaskCursor(Cursor):
     ordering = ("created_at", "id")
 
 
-class HistoryCursor(_Cursor):
+class HistoryCursor(Cursor):
     ordering = ("seq",)
     position_kind = "integer"
 

@@ -63,7 +63,8 @@ def _decode(raw: bytes) -> str:
         ) from None
 
 
-def _bad_text(value: str) -> bool:
+def bad_text(value: str) -> bool:
+    """Text no column can hold: a NUL character or an unpaired surrogate."""
     if "\x00" in value:
         return True
     try:
@@ -80,15 +81,15 @@ def check_text(data: Any) -> None:
     """
     members = list(data.items()) if isinstance(data, dict) else [(None, data)]
     for name, member in members:
-        pointer = "" if name is None or _bad_text(name) else f"/{escape_pointer_token(name)}"
+        pointer = "" if name is None or bad_text(name) else f"/{escape_pointer_token(name)}"
         stack: list[Any] = [member] if name is None or pointer else []
         bad = not stack
         while stack and not bad:
             value = stack.pop()
             if isinstance(value, str):
-                bad = _bad_text(value)
+                bad = bad_text(value)
             elif isinstance(value, dict):
-                bad = any(_bad_text(key) for key in value)
+                bad = any(bad_text(key) for key in value)
                 stack.extend(value.values())
             elif isinstance(value, list):
                 stack.extend(value)

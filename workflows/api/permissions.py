@@ -48,7 +48,6 @@ CanSignalRuns = requires(Capability.SIGNAL)
 CanCancelRuns = requires(Capability.CANCEL)
 CanRetryRuns = requires(Capability.RETRY)
 CanMigrateRuns = requires(Capability.MIGRATE)
-CanReadCaptures = requires(Capability.VIEW_CAPTURES)
 
 
 class CanManageDefinitions(BasePermission):

@@ -19,21 +19,17 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import exceptions, serializers, status
-from rest_framework.authentication import SessionAuthentication
-from rest_framework.authentication import TokenAuthentication as DRFTokenAuthentication
-from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
+from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from workflows import definitions, operations, queries
 from workflows.api import pagination, parsers, permissions
 from workflows.api import serializers as s
-from workflows.api.errors import PROBLEM_CONTENT_TYPE, escape_pointer_token, problem
-from workflows.api.renderers import ExactJSONRenderer
+from workflows.api.base import BODY, PAGE, ApiView, errors, valid
+from workflows.api.errors import PROBLEM_CONTENT_TYPE, problem
 from workflows.engine import bounds
-from workflows.exceptions import InstanceNotFound, InvalidPayload, TaskNotFound, Violation
+from workflows.exceptions import InstanceNotFound, TaskNotFound
 
 # The longest ``?await`` honoured, in seconds (the parameter is validated against
 # serializers.MAX_AWAIT_SECONDS; this cap is what the wait uses).
@@ -41,33 +37,6 @@ WAIT_CAP_SECONDS: float = s.MAX_AWAIT_SECONDS
 
 
 # --- OpenAPI helpers -------------------------------------------------------------------------
-
-_ERROR_TEXT = {
-    400: "INVALID_PAYLOAD (shape, bounds, schema; with pointers; a query string with a NUL character) "
-    "or INVALID_ARGUMENT",
-    401: "NOT_AUTHENTICATED / AUTHENTICATION_FAILED: no or a wrong token or session",
-    403: "PERMISSION_DENIED: the caller lacks the model permission",
-    404: "not found (NOT_FOUND, INSTANCE_NOT_FOUND, TASK_NOT_FOUND, DEFINITION_MISSING)",
-    406: "NOT_ACCEPTABLE: the API answers JSON",
-    409: "conflict (IDEMPOTENCY_CONFLICT, SIGNAL_REJECTED, TASK_NOT_WAITING, INVALID_TRANSITION, ...)",
-    413: "PAYLOAD_TOO_LARGE: the body is larger than the server accepts",
-    415: "UNSUPPORTED_MEDIA_TYPE: send application/json",
-    422: "unprocessable (NO_CURRENT_VERSION, VERSION_NOT_RUNNABLE, DEFINITION_INVALID, ...)",
-    429: "THROTTLED (with Retry-After) or SIGNAL_LIMIT",
-    503: "LOCK_TIMEOUT or PERSISTENCE: retry after Retry-After seconds",
-}
-_ALWAYS = (400, 401, 403, 406, 429)  # 400: any query string can carry a NUL character
-_BODY = (400, 413, 415)
-
-
-def errors(*codes: int, **text: str) -> dict[Any, Any]:
-    """problem+json responses for the given statuses (plus the ones every endpoint has)."""
-    out: dict[Any, Any] = {}
-    for code in sorted({*codes, *_ALWAYS}):
-        description = text.get(f"e{code}", _ERROR_TEXT[code])
-        out[(code, PROBLEM_CONTENT_TYPE)] = OpenApiResponse(s.ProblemOut, description=description)
-    return out
-
 
 RETRY_AFTER = OpenApiParameter(
     "Retry-After",
@@ -102,80 +71,17 @@ DEFINITION_ID = OpenApiParameter(
     "definition_id", {"type": "string", "pattern": "^[^/]+$"}, OpenApiParameter.PATH, description="the definition id"
 )
 VERSION = OpenApiParameter("version", OpenApiTypes.INT, OpenApiParameter.PATH, description="the version")
-PAGE = [
-    OpenApiParameter("cursor", OpenApiTypes.STR, description="the opaque cursor of a next/previous link"),
-    OpenApiParameter(
-        "page_size",
-        {"type": "integer", "minimum": 1, "maximum": pagination.MAX_PAGE_SIZE},
-        description=f"results per page (default {pagination.PAGE_SIZE})",
-    ),
-]
 
 
 def recorded_responses(**text: str) -> dict[Any, Any]:
     return {
         202: OpenApiResponse(s.CommandOut, description="the command was recorded; the executor runs it"),
         200: OpenApiResponse(s.RunOut, description="with ?await: the run after the executor went idle on it"),
-        **errors(*_BODY, 404, 409, 422, 503, **text),
+        **errors(*BODY, 404, 409, 422, 503, **text),
     }
 
 
-# --- base ------------------------------------------------------------------------------------
-
-
-class TokenAuthentication(DRFTokenAuthentication):
-    """DRF's token authentication, with a token that no stored key can equal (a NUL
-    character, an unpaired surrogate) refused as a wrong token (401) before the look-up:
-    PostgreSQL refuses such text with an error, not with "no row"."""
-
-    def authenticate_credentials(self, key: str) -> Any:
-        if parsers._bad_text(key):
-            raise exceptions.AuthenticationFailed("Invalid token.")
-        return super().authenticate_credentials(key)
-
-
-class ApiView(APIView):
-    # Token first: an unauthenticated request is answered 401 with WWW-Authenticate (DRF takes
-    # the header from the first class; session authentication has none and would make it 403).
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
-    parser_classes = [parsers.BoundedJSONParser]
-    renderer_classes = [ExactJSONRenderer]
-    permission_classes: list[type[BasePermission]] = [IsAuthenticated]
-    read_permission: type[BasePermission] | None = None
-    write_permission: type[BasePermission] | None = None
-
-    def get_permissions(self) -> list[BasePermission]:
-        chosen = self.read_permission if self.request.method in SAFE_METHODS else self.write_permission
-        return [IsAuthenticated(), *([chosen()] if chosen else [])]
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        super().initial(request, *args, **kwargs)
-        # a NUL character or an unpaired surrogate can reach no column: refuse the query as
-        # a body with one is refused (400, value-free), before any filter sends it to PostgreSQL
-        # the same for path segments (a scope or definition id in the URL may be %00)
-        for name, value in self.kwargs.items():
-            if isinstance(value, str) and parsers._bad_text(value):
-                message = "contains a NUL character or an unpaired surrogate"
-                raise InvalidPayload(
-                    "the path must not contain NUL characters or unpaired surrogates",
-                    violations=[
-                        Violation(pointer=f"/path/{escape_pointer_token(name)}", type="encoding", message=message)
-                    ],
-                )
-        for name, values in request.query_params.lists():
-            if parsers._bad_text(name) or any(parsers._bad_text(v) for v in values):
-                pointer = "" if parsers._bad_text(name) else f"/query/{escape_pointer_token(name)}"
-                message = "contains a NUL character or an unpaired surrogate"
-                raise InvalidPayload(
-                    "query parameters must not contain NUL characters or unpaired surrogates",
-                    violations=[Violation(pointer=pointer, type="encoding", message=message)],
-                )
-
-
-def valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
+# --- helpers ---------------------------------------------------------------------------------
 
 
 def run_id_of(value: str) -> uuid.UUID:
@@ -370,7 +276,7 @@ class RunCancelView(ApiView):
         parameters=[RUN_ID, RETRY_AFTER],
         responses={
             200: OpenApiResponse(s.RunOut, description="the cancelled run"),
-            **errors(*_BODY, 404, 409, 503, e404="INSTANCE_NOT_FOUND", e409="SIGNAL_REJECTED: already ended"),
+            **errors(*BODY, 404, 409, 503, e404="INSTANCE_NOT_FOUND", e409="SIGNAL_REJECTED: already ended"),
         },
     )
     def post(self, request: Request, id: str) -> Response:
@@ -500,7 +406,7 @@ class TaskReassignView(ApiView):
         parameters=[TASK_ID, RETRY_AFTER],
         responses={
             200: OpenApiResponse(s.TaskOut, description="the task with its new assignment"),
-            **errors(*_BODY, 404, 409, 503, e404="TASK_NOT_FOUND", e409="TASK_NOT_WAITING"),
+            **errors(*BODY, 404, 409, 503, e404="TASK_NOT_FOUND", e409="TASK_NOT_WAITING"),
         },
     )
     def post(self, request: Request, id: str) -> Response:
@@ -554,7 +460,7 @@ class DefinitionsView(ApiView):
         responses={
             201: s.DefinitionOut,
             **errors(
-                *_BODY,
+                *BODY,
                 409,
                 422,
                 e409="CONTRACT_MISMATCH, VERSION_EXISTS, NODE_ROLE",
@@ -669,7 +575,7 @@ class ActivationView(ApiView):
         parameters=[SCOPE, DEFINITION_ID],
         responses={
             200: s.ActivationOut,
-            **errors(*_BODY, 409, e409="INVALID_TRANSITION (target not AVAILABLE), CONTRACT_MISMATCH"),
+            **errors(*BODY, 409, e409="INVALID_TRANSITION (target not AVAILABLE), CONTRACT_MISMATCH"),
         },
     )
     def put(self, request: Request, scope: str, definition_id: str) -> Response:

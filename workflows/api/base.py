@@ -1,0 +1,131 @@
+"""What every endpoint of the integration API is built from, in this package and in other
+apps (capture's ``/api/v1/captures/``): the view class with its authentication, parsers,
+renderer and capability permissions, input validation, cursor pages and the problem+json
+responses of the OpenAPI schema.
+
+Other apps import this module and nothing else of ``workflows.api`` (import-linter contract
+"Capture and designer use only ..." in ``pyproject.toml``), so the endpoints' internals
+(``views``, ``serializers``, ``urls``) can change without reaching into them. ``Cursor`` and
+``requires`` live in ``pagination`` and ``permissions`` with their siblings and are offered
+here as part of that surface.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import exceptions, serializers
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.authentication import TokenAuthentication as DRFTokenAuthentication
+from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from workflows.api import parsers
+from workflows.api.errors import PROBLEM_CONTENT_TYPE, escape_pointer_token
+from workflows.api.pagination import MAX_PAGE_SIZE, PAGE_SIZE, Cursor
+from workflows.api.permissions import requires
+from workflows.api.renderers import ExactJSONRenderer
+from workflows.api.serializers import ProblemOut
+from workflows.exceptions import InvalidPayload, Violation
+
+__all__ = ["BODY", "PAGE", "ApiView", "Cursor", "TokenAuthentication", "errors", "requires", "valid"]
+
+# --- OpenAPI: problem responses and page parameters --------------------------------------------
+
+_ERROR_TEXT = {
+    400: "INVALID_PAYLOAD (shape, bounds, schema; with pointers; a query string with a NUL character) "
+    "or INVALID_ARGUMENT",
+    401: "NOT_AUTHENTICATED / AUTHENTICATION_FAILED: no or a wrong token or session",
+    403: "PERMISSION_DENIED: the caller lacks the model permission",
+    404: "not found (NOT_FOUND, INSTANCE_NOT_FOUND, TASK_NOT_FOUND, DEFINITION_MISSING)",
+    406: "NOT_ACCEPTABLE: the API answers JSON",
+    409: "conflict (IDEMPOTENCY_CONFLICT, SIGNAL_REJECTED, TASK_NOT_WAITING, INVALID_TRANSITION, ...)",
+    413: "PAYLOAD_TOO_LARGE: the body is larger than the server accepts",
+    415: "UNSUPPORTED_MEDIA_TYPE: send application/json",
+    422: "unprocessable (NO_CURRENT_VERSION, VERSION_NOT_RUNNABLE, DEFINITION_INVALID, ...)",
+    429: "THROTTLED (with Retry-After) or SIGNAL_LIMIT",
+    503: "LOCK_TIMEOUT or PERSISTENCE: retry after Retry-After seconds",
+}
+_ALWAYS = (400, 401, 403, 406, 429)  # 400: any query string can carry a NUL character
+BODY = (400, 413, 415)  # the statuses of an endpoint that reads a body
+
+
+def errors(*codes: int, **text: str) -> dict[Any, Any]:
+    """problem+json responses for the given statuses (plus the ones every endpoint has)."""
+    out: dict[Any, Any] = {}
+    for code in sorted({*codes, *_ALWAYS}):
+        description = text.get(f"e{code}", _ERROR_TEXT[code])
+        out[(code, PROBLEM_CONTENT_TYPE)] = OpenApiResponse(ProblemOut, description=description)
+    return out
+
+
+PAGE = [
+    OpenApiParameter("cursor", OpenApiTypes.STR, description="the opaque cursor of a next/previous link"),
+    OpenApiParameter(
+        "page_size",
+        {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_SIZE},
+        description=f"results per page (default {PAGE_SIZE})",
+    ),
+]
+
+
+# --- the view class --------------------------------------------------------------------------
+
+
+class TokenAuthentication(DRFTokenAuthentication):
+    """DRF's token authentication, with a token that no stored key can equal (a NUL
+    character, an unpaired surrogate) refused as a wrong token (401) before the look-up:
+    PostgreSQL refuses such text with an error, not with "no row"."""
+
+    def authenticate_credentials(self, key: str) -> Any:
+        if parsers.bad_text(key):
+            raise exceptions.AuthenticationFailed("Invalid token.")
+        return super().authenticate_credentials(key)
+
+
+class ApiView(APIView):
+    # Token first: an unauthenticated request is answered 401 with WWW-Authenticate (DRF takes
+    # the header from the first class; session authentication has none and would make it 403).
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    parser_classes = [parsers.BoundedJSONParser]
+    renderer_classes = [ExactJSONRenderer]
+    permission_classes: list[type[BasePermission]] = [IsAuthenticated]
+    read_permission: type[BasePermission] | None = None
+    write_permission: type[BasePermission] | None = None
+
+    def get_permissions(self) -> list[BasePermission]:
+        chosen = self.read_permission if self.request.method in SAFE_METHODS else self.write_permission
+        return [IsAuthenticated(), *([chosen()] if chosen else [])]
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        # a NUL character or an unpaired surrogate can reach no column: refuse the query as
+        # a body with one is refused (400, value-free), before any filter sends it to PostgreSQL
+        # the same for path segments (a scope or definition id in the URL may be %00)
+        for name, value in self.kwargs.items():
+            if isinstance(value, str) and parsers.bad_text(value):
+                message = "contains a NUL character or an unpaired surrogate"
+                raise InvalidPayload(
+                    "the path must not contain NUL characters or unpaired surrogates",
+                    violations=[
+                        Violation(pointer=f"/path/{escape_pointer_token(name)}", type="encoding", message=message)
+                    ],
+                )
+        for name, values in request.query_params.lists():
+            if parsers.bad_text(name) or any(parsers.bad_text(v) for v in values):
+                pointer = "" if parsers.bad_text(name) else f"/query/{escape_pointer_token(name)}"
+                message = "contains a NUL character or an unpaired surrogate"
+                raise InvalidPayload(
+                    "query parameters must not contain NUL characters or unpaired surrogates",
+                    violations=[Violation(pointer=pointer, type="encoding", message=message)],
+                )
+
+
+def valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+    """The validated data of ``data`` (a DRF ValidationError, shaped as INVALID_PAYLOAD, otherwise)."""
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)

@@ -19,6 +19,6 @@ urlpatterns = [
     path("api/", include("workflows.api.urls")),
     path("designer/", include("designer.urls")),
     path("", RedirectView.as_view(url="/tasks/", permanent=False)),
-    path("", include("workflows.urls")),
-    path("", include("workflows.urls_ops")),  # /ops/ dashboard and radar, /metrics
+    path("", include("workflows.views.urls")),
+    path("", include("workflows.views.ops_urls")),  # /ops/ dashboard and radar, /metrics
 ]

@@ -1,5 +1,6 @@
-"""Operations pages (staff): ``/ops/`` dashboard, ``/ops/radar/`` and its actions; ``/metrics``
-for Prometheus (bearer token, see ``workflows.views.dashboard.metrics``). Namespace ``ops``."""
+"""Operations pages (staff), included at the site's root (namespace ``ops``): ``/ops/``
+dashboard, ``/ops/radar/`` and its actions; ``/metrics`` for Prometheus (bearer token, see
+``workflows.views.dashboard.metrics``)."""
 
 from django.urls import path
 

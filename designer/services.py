@@ -36,9 +36,9 @@ from workflows import conf, definitions, queries
 from workflows.definitions import expressions
 from workflows.definitions.documents import Document, parse
 from workflows.definitions.plan import Plan
-from workflows.definitions.validation import parse_duration
+from workflows.definitions.reading import parse_duration
 from workflows.exceptions import DefinitionError, LifecycleError, Violation, WorkflowError
-from workflows.views.graph import render_svg
+from workflows.presentation.graph import render_svg
 
 LIBRARY = Path(__file__).resolve().parent / "templates_library"
 DEPLOY_ATTEMPTS = 3  # a concurrent deploy can take the minted version first: mint again
@@ -205,7 +205,7 @@ def take_check(user_id: int) -> Refusal | None:
 
 
 def graph_svg(plan: Plan, *, marks: Mapping[str, str] | None = None, title: str | None = None) -> str:
-    """The plan's picture (``workflows.views.graph``), optionally with steps marked for a diff:
+    """The plan's picture (``workflows.presentation.graph``), optionally with steps marked for a diff:
     ``marks`` maps a step id to ``added`` or ``changed``; marked nodes get a ``dsg-<mark>`` class
     (the page styles it and says the same in text)."""
     svg = render_svg(plan, title=title)

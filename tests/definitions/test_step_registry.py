@@ -69,7 +69,7 @@ def test_the_compiler_builds_each_type_as_its_step_class(name: str):
             return lambda *args, **kwargs: None
 
     kind = REGISTRY[name]
-    built = kind.compile(Build(), {"id": "s", "type": name}, "/steps/0", None)  # type: ignore[arg-type]
+    built = kind.compile(Build(), {"id": "s", "type": name}, "/steps/0", None)
     assert type(built) is kind.step_class
     assert (built.id, built.type) == ("s", name)
 

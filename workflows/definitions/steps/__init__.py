@@ -73,7 +73,8 @@ REGISTRY: Mapping[str, StepType] = {
 def exits(step: Mapping[str, Any]) -> list[Exit]:
     """Every place a step (normalised, or as a document spells it) names another step; none for
     a step of no known type."""
-    found = REGISTRY.get(step.get("type"))
+    name = step.get("type")
+    found = REGISTRY.get(name) if isinstance(name, str) else None
     return found.exits(step) if found is not None else []
 
 

@@ -32,7 +32,6 @@ def _subclasses(cls: type) -> set[type]:
 def test_the_registry_holds_the_documented_step_types():
     section = GUIDE.read_text().split("## Step types", 1)[1].split("\n## ", 1)[0]
     assert set(re.findall(r"^\| `([a-z-]+)` \|", section, re.MULTILINE)) == TYPES
-    assert len(TYPES) == 15
 
 
 def test_each_type_has_one_step_class_and_every_step_class_a_type():

@@ -10,10 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from workflows.definitions import plan as p
-from workflows.definitions.steps import NoteStep
 from workflows.engine import db
 from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
-from workflows.engine.nodes import decision, effects, human_task, note, service, terminal, timer, wait_signal
+from workflows.engine.nodes import decision, effects, human_task, service, terminal, timer, wait_signal
 from workflows.engine.nodes.base import BRANCH_DONE, END, WAIT, Next, Outcome
 
 NODES: dict[type, Callable[[Drive, Any], Outcome]] = {
@@ -28,7 +27,6 @@ NODES: dict[type, Callable[[Drive, Any], Outcome]] = {
     p.EmailStep: effects.email,
     p.AgentStep: effects.agent,
     p.ScriptStep: effects.script,
-    NoteStep: note.execute,
 }
 
 

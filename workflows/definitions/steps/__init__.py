@@ -26,7 +26,6 @@ from workflows.definitions.steps import (
     fork,
     human_task,
     join,
-    note,
     script,
     service,
     timer,
@@ -44,7 +43,6 @@ from workflows.definitions.steps.fail import FailStep
 from workflows.definitions.steps.fork import ForkStep
 from workflows.definitions.steps.human_task import Assignment, Due, HumanTaskStep, TaskDecision
 from workflows.definitions.steps.join import JoinStep
-from workflows.definitions.steps.note import NoteStep
 from workflows.definitions.steps.script import ScriptStep
 from workflows.definitions.steps.service import ServiceStep
 from workflows.definitions.steps.timer import TimerStep
@@ -65,7 +63,6 @@ REGISTRY: Mapping[str, StepType] = {
         email,
         agent,
         script,
-        note,
         complete,
         fail,
         end,
@@ -98,7 +95,6 @@ __all__ = [
     "FormField",
     "HumanTaskStep",
     "JoinStep",
-    "NoteStep",
     "Route",
     "ScriptStep",
     "ServiceStep",

@@ -1,6 +1,7 @@
 """Forms of the designer: the step form (add or edit a step of any type) and the deploy form.
 
-The step form is built from :data:`TYPE_FIELDS`, one list of fields per step type (the table in
+The step form is built from :data:`TYPE_FIELDS`, one list of fields per step type, as each step
+type declares them (``StepType.form_fields`` in ``workflows.definitions.steps``; the table in
 ``docs/authoring.md``). Its values become a step mapping (:meth:`StepForm.to_step`) that
 ``services.apply_step`` writes into the document. Fields the form does not show (a decision's
 payload schema, a callback name, ...) are kept from the step being edited. CEL fields and
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from django import forms
@@ -20,135 +20,17 @@ from django.urls import reverse
 
 from designer import services
 from workflows import jsonvalues
+from workflows.definitions.steps import REGISTRY, FormField
+from workflows.definitions.steps.base import NEXT_FIELD
 
-STEP_TYPES = (
-    ("human-task", "Human task — a person decides"),
-    ("service", "Service — call a handler or webhook"),
-    ("wait-signal", "Signal wait — wait for a signal"),
-    ("timer", "Timer — wait for a time"),
-    ("decision", "Decision — route on a condition"),
-    ("fork", "Fork — start parallel branches"),
-    ("join", "Join — wait for branches"),
-    ("compensation", "Compensation — undo a service"),
-    ("call", "Call — run another workflow"),
-    ("email", "Email — send a message"),
-    ("agent", "Agent — ask a registered agent"),
-    ("script", "Script — run a registered script"),
-    ("complete", "Complete — end successfully"),
-    ("fail", "Fail — end as failed"),
-    ("end", "End — terminate the run"),
-)
-TYPE_NAMES = [t for t, _ in STEP_TYPES]
+# the palette: (type, "Signal wait — wait for a signal"), in the registry's order
+STEP_TYPES = tuple((name, kind.palette) for name, kind in REGISTRY.items())
+TYPE_NAMES = list(REGISTRY)
 ROWS_MIN = 3  # empty rows offered for decisions and routes
 ROWS_MAX = 20
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One field of a step: ``key`` is its path in the step (``due/after``)."""
-
-    key: str
-    label: str
-    kind: str = "text"  # text | cel | template | duration | step | steps | choice | int | bool | longtemplate
-    help: str = ""
-    variables: str = "state"  # for cel/template: services.CEL_VARIABLES key
-    choices: tuple[str, ...] = ()
-    required: bool = False
-
-    @property
-    def name(self) -> str:
-        return "f_" + self.key.replace("/", "__")
-
-
-# required, but may be left empty when the step is connected on an exit (it continues there)
-NEXT = Spec("next", "Next step", "step", "The step that follows; empty: where the exit it is connected on led.")
-TYPE_FIELDS: dict[str, tuple[Spec, ...]] = {
-    "service": (
-        Spec("target", "Target", help="A registered service handler or an https:// webhook URL.", required=True),
-        Spec("payload", "Payload (CEL)", "cel", "What is sent, computed from state.", "state"),
-        Spec("set", "Set from result (CEL)", "cel", "A map merged into the state, from state and result.", "result"),
-        NEXT,
-        Spec("compensation", "Compensation step", "step", "The compensation step that undoes this service."),
-    ),
-    "wait-signal": (
-        Spec("signal", "Signal", help="A signal the contract declares.", required=True),
-        Spec("set", "Set from signal (CEL)", "cel", "A map merged into the state, from state and payload.", "signal"),
-        NEXT,
-        Spec("timeout/after", "Timeout after", "duration", "ISO-8601 duration, for example PT15M or P2D."),
-        Spec("timeout/next", "On timeout go to", "step"),
-    ),
-    "timer": (
-        Spec("after", "Wait for", "duration", "ISO-8601 duration, for example PT10M. Or give 'Until'."),
-        Spec("at", "Until (CEL)", "cel", 'An instant from state, for example timestamp("2030-01-01T09:00:00Z").'),
-        Spec("set", "Set when it fires (CEL)", "cel", "A map merged into the state.", "state"),
-        NEXT,
-    ),
-    "human-task": (
-        Spec("title", "Title", "template", "Shown to the assignee; {{ state.x }} placeholders allowed.", "state"),
-        Spec("description", "Description", "longtemplate", "{{ state.x }} placeholders allowed.", "state"),
-        Spec("taskType", "Task type", help="A free label, for example approval."),
-        Spec("assignment/mode", "Assign to", "choice", choices=("group", "user", "expression"), required=True),
-        Spec(
-            "assignment/value",
-            "Assignee",
-            help='A group name, a user name, or for \'expression\' CEL over state giving "group:x" or "user:y".',
-            required=True,
-        ),
-        Spec("due/after", "Due after", "duration", "ISO-8601 duration, for example P3D."),
-        Spec("due/next", "When due go to", "step"),
-        Spec("reminders/every", "Remind every", "duration", "ISO-8601 duration, for example P1D."),
-        Spec("requireVersionStability", "Refuse decisions on a changed subject", "bool"),
-    ),
-    "decision": (Spec("default", "Otherwise go to", "step", "Where a run goes when no route holds.", required=True),),
-    "fork": (
-        Spec("branches", "Branches", "steps", "The first step of each branch, separated by commas.", required=True),
-        Spec("join", "Join step", "step", "The join every branch leads to.", required=True),
-    ),
-    "join": (
-        Spec("policy", "Policy", "choice", choices=("all", "any", "n-of-m"), required=True),
-        Spec("count", "Count (n-of-m)", "int", "How many branches must complete for n-of-m."),
-        Spec("set", "Set from results (CEL)", "cel", "A map merged into the state, from state and results.", "join"),
-        NEXT,
-        Spec("onFailure", "On failure go to", "step"),
-    ),
-    "compensation": (
-        Spec("forwardStep", "Undoes service step", "step", required=True),
-        Spec("target", "Target", help="A registered service handler or an https:// webhook URL.", required=True),
-        Spec("payload", "Payload (CEL)", "cel", "What is sent, computed from state.", "state"),
-    ),
-    "call": (
-        Spec("definitionId", "Workflow to call", help="The definition id of the child workflow.", required=True),
-        Spec("version", "Version", "int", "Leave empty for the child's current version."),
-        Spec("payload", "Payload (CEL)", "cel", "The child's start payload, from state.", "state"),
-        Spec("set", "Set from result (CEL)", "cel", "From state, result (the child's state) and status.", "call"),
-        NEXT,
-        Spec("onFailure", "On failure go to", "step"),
-    ),
-    "email": (
-        Spec("to", "To (CEL)", "cel", "An address or a list of addresses, from state.", "state", required=True),
-        Spec("subject", "Subject", "template", "{{ state.x }} placeholders allowed.", "state"),
-        Spec("body", "Body", "longtemplate", "{{ state.x }} placeholders allowed.", "state"),
-        NEXT,
-    ),
-    "agent": (
-        Spec("agent", "Agent", help="A registered agent.", required=True),
-        Spec("input", "Input (CEL)", "cel", "The agent's input, from state.", "state"),
-        Spec("set", "Set from result (CEL)", "cel", "A map merged into the state.", "result"),
-        NEXT,
-    ),
-    "script": (
-        Spec("script", "Script", help="A registered script.", required=True),
-        Spec("input", "Input (CEL)", "cel", "The script's input, from state.", "state"),
-        Spec("set", "Set from result (CEL)", "cel", "A map merged into the state.", "result"),
-        NEXT,
-    ),
-    "complete": (),
-    "fail": (
-        Spec("errorType", "Error type", help="A short code for the failure, for example request-rejected."),
-        Spec("message", "Message", "template", "{{ state.x }} placeholders allowed.", "state"),
-    ),
-    "end": (Spec("reason", "Reason", help="Why the run ends here (optional)."),),
-}
+# each step type declares its fields, and its repeated rows (a task's decisions, a decision's routes)
+TYPE_FIELDS: dict[str, tuple[FormField, ...]] = {name: kind.form_fields for name, kind in REGISTRY.items()}
+ROW_KINDS = {name: kind.form_rows for name, kind in REGISTRY.items() if kind.form_rows is not None}
 # Callback spellings a form value replaces (the document may hold only one of the two).
 ALTERNATIVES = {
     "payload": ("payloadMapper",),
@@ -156,14 +38,6 @@ ALTERNATIVES = {
     "message": ("messageFactory",),
     "at": ("fireAt",),
 }
-DECISION_ROW = (
-    Spec("name", "Name"),
-    Spec("label", "Label"),
-    Spec("next", "Next step", "step"),
-    Spec("set", "Set (CEL)", "cel", variables="decision"),
-)
-ROUTE_ROW = (Spec("when", "When (CEL)", "cel", variables="when"), Spec("to", "Go to", "step"))
-ROW_KINDS = {"human-task": ("decisions", DECISION_ROW), "decision": ("routes", ROUTE_ROW)}
 
 
 def _get(step: Mapping[str, Any], key: str) -> Any:
@@ -272,7 +146,7 @@ class StepForm(forms.Form):
                 continue
         return max(numbers, default=-1) + 1
 
-    def _field(self, spec: Spec, cel_url: str, name: str, *, required: bool | None = None) -> forms.Field:
+    def _field(self, spec: FormField, cel_url: str, name: str, *, required: bool | None = None) -> forms.Field:
         attrs: dict[str, Any] = {"autocomplete": "off"}
         needed = spec.required if required is None else required
         field: forms.Field
@@ -332,10 +206,10 @@ class StepForm(forms.Form):
 
     # --- presentation -----------------------------------------------------------------------
 
-    def field_rows(self) -> list[tuple[Spec, forms.BoundField]]:
+    def field_rows(self) -> list[tuple[FormField, forms.BoundField]]:
         return [(spec, self[spec.name]) for spec in self.specs]
 
-    def rows(self) -> list[list[tuple[Spec, forms.BoundField]]]:
+    def rows(self) -> list[list[tuple[FormField, forms.BoundField]]]:
         return [
             [(spec, self[f"{self.row_key}_{i}_{spec.key}"]) for spec in self.row_specs] for i in range(self.row_count)
         ]
@@ -352,7 +226,7 @@ class StepForm(forms.Form):
             raise forms.ValidationError("Use 1-255 letters, digits, '_', '.', '$' or '-'.")
         return value
 
-    def _check_cel(self, name: str, spec: Spec, value: str) -> None:
+    def _check_cel(self, name: str, spec: FormField, value: str) -> None:
         if not value.strip():
             return
         if spec.kind == "cel" or (spec.key == "assignment/value" and self._mode_is_expression()):
@@ -402,8 +276,12 @@ class StepForm(forms.Form):
                     f"routes_{i}_{first.key}" if not row[first.key].strip() else f"routes_{i}_to",
                     "A route needs a condition and a step to go to.",
                 )
-        if any(spec is NEXT for spec in self.specs) and not data.get(NEXT.name) and not data.get("connect_from"):
-            self.add_error(NEXT.name, "Name the step that follows.")
+        if (
+            any(spec is NEXT_FIELD for spec in self.specs)
+            and not data.get(NEXT_FIELD.name)
+            and not data.get("connect_from")
+        ):
+            self.add_error(NEXT_FIELD.name, "Name the step that follows.")
         if self.type == "human-task" and not self._row_values():
             self.add_error(None, "A human task needs at least one decision.")
         fire_at = _get(self.original or {}, "fireAt")

@@ -36,9 +36,10 @@ from workflows import conf, definitions, queries
 from workflows.definitions import expressions
 from workflows.definitions.documents import Document, parse
 from workflows.definitions.plan import Plan
-from workflows.definitions.validation import parse_duration
+from workflows.definitions.reading import parse_duration
+from workflows.definitions.steps import exits
 from workflows.exceptions import DefinitionError, LifecycleError, Violation, WorkflowError
-from workflows.views.graph import render_svg
+from workflows.presentation.graph import render_svg
 
 LIBRARY = Path(__file__).resolve().parent / "templates_library"
 DEPLOY_ATTEMPTS = 3  # a concurrent deploy can take the minted version first: mint again
@@ -205,7 +206,7 @@ def take_check(user_id: int) -> Refusal | None:
 
 
 def graph_svg(plan: Plan, *, marks: Mapping[str, str] | None = None, title: str | None = None) -> str:
-    """The plan's picture (``workflows.views.graph``), optionally with steps marked for a diff:
+    """The plan's picture (``workflows.presentation.graph``), optionally with steps marked for a diff:
     ``marks`` maps a step id to ``added`` or ``changed``; marked nodes get a ``dsg-<mark>`` class
     (the page styles it and says the same in text)."""
     svg = render_svg(plan, title=title)
@@ -645,33 +646,34 @@ class EditRefused(Exception):
     """A step edit that cannot be written into the document (value-free message)."""
 
 
-# Where a step leads, by type: the slots "connect from" can take over (pointer suffix -> label).
+# The exits "connect from" can take over (``StepType.exits``), and how the form names them;
+# a fork's branches and join and a service's compensation are not offered.
+_SLOT_WORDS = {
+    "next": "next",
+    "default": "default",
+    "due": "when due",
+    "timeout": "on timeout",
+    "failure": "on failure",
+}
+
+
 def outgoing_slots(step: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """(slot, label, current target) for each place a step names its successor."""
     slots: list[tuple[str, str, str]] = []
-    kind = step.get("type")
     sid = str(step.get("id", ""))
-    if isinstance(step.get("next"), str):
-        slots.append(("next", f"{sid} → next", step["next"]))
-    if kind == "decision":
-        for i, route in enumerate(step.get("routes") or []):
-            if isinstance(route, dict) and isinstance(route.get("to"), str):
-                slots.append((f"routes/{i}/to", f"{sid} → route {i + 1}", route["to"]))
-        if isinstance(step.get("default"), str):
-            slots.append(("default", f"{sid} → default", step["default"]))
-    if kind == "human-task":
-        for i, decision in enumerate(step.get("decisions") or []):
-            if isinstance(decision, dict) and isinstance(decision.get("next"), str):
-                name = decision.get("name") if isinstance(decision.get("name"), str) else str(i + 1)
-                slots.append((f"decisions/{i}/next", f"{sid} → decision {name}", decision["next"]))
-        due = step.get("due")
-        if isinstance(due, dict) and isinstance(due.get("next"), str):
-            slots.append(("due/next", f"{sid} → when due", due["next"]))
-    timeout = step.get("timeout")
-    if isinstance(timeout, dict) and isinstance(timeout.get("next"), str):
-        slots.append(("timeout/next", f"{sid} → on timeout", timeout["next"]))
-    if isinstance(step.get("onFailure"), str):
-        slots.append(("onFailure", f"{sid} → on failure", step["onFailure"]))
+    for edge in exits(step):
+        slot = edge.pointer[1:]
+        if edge.kind == "route":
+            words = f"route {int(slot.split('/')[1]) + 1}"
+        elif edge.kind == "decision":
+            index = int(slot.split("/")[1])
+            name = step["decisions"][index].get("name")
+            words = f"decision {name if isinstance(name, str) else index + 1}"
+        elif edge.kind in _SLOT_WORDS:
+            words = _SLOT_WORDS[edge.kind]
+        else:
+            continue
+        slots.append((slot, f"{sid} → {words}", edge.target))
     return slots
 
 

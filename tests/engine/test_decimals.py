@@ -25,7 +25,7 @@ from workflows.engine.commands import fingerprint
 from workflows.engine.history import canonical, diff
 from workflows.exceptions import InvalidPayload
 from workflows.models import Command, Run
-from workflows.views import forms
+from workflows.presentation import forms
 
 LEDGER = (
     documents.ORDER_SIGNAL.replace("test.reserve", "test.noop")

@@ -12,7 +12,7 @@ import pytest
 from tests.engine.test_forks_and_calls import CHILD, MIDDLE, PARENT, fork_doc
 from tests.support.waiting import eventually
 from workflows import operations, queries
-from workflows.definitions.validation import JOIN_POLICIES
+from workflows.definitions.steps.join import JOIN_POLICIES
 from workflows.engine import history as history_log
 from workflows.models import Branch, HistoryEntry, OutboxIntent, Run, Task, Timer
 

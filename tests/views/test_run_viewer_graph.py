@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from workflows.definitions import catalogs, compile_text
-from workflows.views.graph import edges_of, layout, render_svg
+from workflows.presentation.graph import edges_of, layout, render_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -12,6 +12,9 @@ The pipeline (each stage collects every violation it finds; all are raised toget
 5. plan rules: a wait accepts only signals its contract declares; a trigger names an installed
    model.
 
+Each step is built by its step type's compile function (``StepType.compile``, in
+:mod:`workflows.definitions.steps`), which resolves its fields through :class:`Build`.
+
 The plan hash is the SHA-256 of the canonical JSON of the normalised spec (catalog names, not
 what they resolve to, as the reference hashes logical type names): comments, key order,
 whitespace, aliases and spelled-out defaults do not change it; any behavioural change does.
@@ -26,23 +29,13 @@ from typing import Any, NoReturn
 from workflows.definitions import catalogs, expressions, plan, schemas
 from workflows.definitions.documents import Document, parse
 from workflows.definitions.names import echo, safe_pointer
-from workflows.definitions.validation import Checker, graph_violations, normalise
+from workflows.definitions.reading import Checker
+from workflows.definitions.steps import REGISTRY
+from workflows.definitions.steps.base import V_PAYLOAD, V_STATE, V_TRIGGER, V_TRIGGER_PAYLOAD, source_field
+from workflows.definitions.validation import graph_violations, normalise
 from workflows.exceptions import DefinitionError, UnknownTypeName, Violation
 
 UNKNOWN_NAME = "unknownName"
-
-# The variables each kind of field provides to CEL and to callbacks.
-V_PAYLOAD = ("payload",)
-V_STATE = ("state",)
-V_WHEN = ("state", "conditions")  # a decision route's ``when``: the state and the named conditions
-V_TRIGGER = ("record", "previous", "changed", "event")
-V_TRIGGER_PAYLOAD = ("record", "previous", "changed", "event")
-V_SIGNAL = ("state", "payload")
-V_DECISION = ("state", "payload", "decision")
-V_RESULT = ("state", "result")
-V_CALL_RESULT = ("state", "result", "status")
-V_JOIN = ("state", "results")
-V_CALLABLE = ("input", "state")
 
 
 def plan_hash(spec: Mapping[str, Any]) -> str:
@@ -50,8 +43,8 @@ def plan_hash(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(schemas.canonical_json(hashed).encode("utf-8")).hexdigest()
 
 
-class _Build:
-    """Resolution state for one document."""
+class Build:
+    """Resolution state for one document (step types compile through it: ``StepType.compile``)."""
 
     def __init__(self, document: Document | None) -> None:
         self.document = document
@@ -169,208 +162,8 @@ class _Build:
 
     # --- steps -------------------------------------------------------------------------------
 
-    def step(self, s: Mapping[str, Any], at: str, contract: plan.Contract | None) -> plan.Step | None:
-        kind = s.get("type")
-        sid = s.get("id") or ""
-        comp = self.computation
-        if kind == "service":
-            target = s.get("target") or ""
-            if target and not target.startswith("https://") and catalogs.callbacks.get(target, "service") is None:
-                self.add(f"{at}/target", "unknownCallback", f"no service handler is registered as{echo(target)}")
-            return plan.ServiceStep(
-                id=sid,
-                type=kind,
-                next=s.get("next"),
-                target=target,
-                payload=comp(s.get("payload"), f"{at}/{_field(s.get('payload'), 'payload', 'payloadMapper')}", V_STATE),
-                set=comp(s.get("set"), f"{at}/set", V_RESULT),
-                compensation=s.get("compensation"),
-            )
-        if kind == "wait-signal":
-            signal = s.get("signal") or ""
-            payload_schema = self.schema(s.get("payloadSchema"), f"{at}/payloadSchema")
-            if contract is not None and signal and signal not in contract.signals:
-                self.add(f"{at}/signal", "undeclaredSignal", f"the contract does not declare the signal{echo(signal)}")
-            if payload_schema is None and contract is not None and signal in contract.signals:
-                payload_schema = contract.signals[signal]
-            timeout = None
-            if s.get("timeout"):
-                t = s["timeout"]
-                timeout = plan.Timeout(
-                    delay=self.delay(t.get("delay"), f"{at}/timeout"),
-                    next=t.get("next") or "",
-                    set=comp(t.get("set"), f"{at}/timeout/{_field(t.get('set'), 'set', 'mutator')}", V_STATE),
-                )
-            return plan.WaitSignalStep(
-                id=sid,
-                type=kind,
-                next=s.get("next"),
-                signal=signal,
-                payload_schema=payload_schema,
-                set=comp(s.get("set"), f"{at}/{_field(s.get('set'), 'set', 'stateReducer')}", V_SIGNAL),
-                timeout=timeout,
-            )
-        if kind == "timer":
-            return plan.TimerStep(
-                id=sid,
-                type=kind,
-                next=s.get("next"),
-                delay=self.delay(s.get("delay"), at),
-                set=comp(s.get("set"), f"{at}/{_field(s.get('set'), 'set', 'mutator')}", V_STATE),
-            )
-        if kind == "human-task":
-            return self.human_task(s, at)
-        if kind == "decision":
-            routes = []
-            conditions: dict[str, Any] = {}
-            for index, r in enumerate(s.get("routes") or []):
-                condition = None
-                when = None
-                uses: tuple[str, ...] = ()
-                if r.get("when"):
-                    where = f"{at}/routes/{index}/when"
-                    when = comp(r["when"], where, V_WHEN)
-                    uses = self.conditions_read(when, where, conditions)
-                elif r.get("condition"):
-                    condition = r["condition"]["callback"]
-                    found = self.callback(r["condition"], f"{at}/routes/{index}/condition", V_STATE)
-                    if found is not None:
-                        conditions[condition] = found
-                routes.append(plan.Route(to=r.get("to") or "", when=when, condition=condition, uses=uses))
-            return plan.DecisionStep(
-                id=sid, type=kind, routes=tuple(routes), default=s.get("default") or "", conditions=conditions
-            )
-        if kind == "fork":
-            return plan.ForkStep(
-                id=sid,
-                type=kind,
-                branches=tuple(b for b in s.get("branches") or [] if b),
-                join=s.get("join") or "",
-                retry_max_attempts=s.get("retryMaxAttempts") or 1,
-            )
-        if kind == "join":
-            return plan.JoinStep(
-                id=sid,
-                type=kind,
-                next=s.get("next"),
-                policy=s.get("policy") or "all",
-                count=s.get("count"),
-                reducer=comp(s.get("set"), f"{at}/{_field(s.get('set'), 'set', 'reducer')}", V_JOIN),
-                on_failure=s.get("onFailure"),
-            )
-        if kind == "compensation":
-            target = s.get("target") or ""
-            if target and not target.startswith("https://") and catalogs.callbacks.get(target, "service") is None:
-                self.add(f"{at}/target", "unknownCallback", f"no service handler is registered as{echo(target)}")
-            return plan.CompensationStep(
-                id=sid,
-                type=kind,
-                forward_step=s.get("forwardStep") or "",
-                target=target,
-                payload=comp(s.get("payload"), f"{at}/{_field(s.get('payload'), 'payload', 'payloadMapper')}", V_STATE),
-            )
-        if kind == "call":
-            return plan.CallStep(
-                id=sid,
-                type=kind,
-                next=s.get("next"),
-                definition_id=s.get("definitionId") or "",
-                version=s.get("version"),
-                payload=comp(s.get("payload"), f"{at}/{_field(s.get('payload'), 'payload', 'payloadMapper')}", V_STATE),
-                set=comp(s.get("set"), f"{at}/set", V_CALL_RESULT),
-                on_failure=s.get("onFailure"),
-            )
-        if kind == "email":
-            return plan.EmailStep(
-                id=sid,
-                type=kind,
-                next=s.get("next"),
-                to=comp(s.get("to"), f"{at}/to", V_STATE),
-                subject=s.get("subject") or "",
-                body=s.get("body") or "",
-                subject_template=self.template(s.get("subject"), f"{at}/subject"),
-                body_template=self.template(s.get("body"), f"{at}/body"),
-            )
-        if kind in ("agent", "script"):
-            ref = s.get(kind)
-            call = self.callback(ref, f"{at}/{kind}", V_CALLABLE) if ref else None
-            cls = plan.AgentStep if kind == "agent" else plan.ScriptStep
-            named = {kind: ref["callback"] if ref else ""}
-            return cls(
-                id=sid,
-                type=kind,
-                next=s.get("next"),
-                input=comp(s.get("input"), f"{at}/input", V_STATE),
-                set=comp(s.get("set"), f"{at}/set", V_RESULT),
-                call=call,
-                **named,
-            )
-        if kind == "complete":
-            return plan.CompleteStep(id=sid, type=kind)
-        if kind == "fail":
-            message = s.get("message")
-            where = f"{at}/messageFactory" if message and "callback" in message else f"{at}/message"
-            return plan.FailStep(
-                id=sid, type=kind, error_type=s.get("errorType") or "failed", message=comp(message, where, V_STATE)
-            )
-        if kind == "end":
-            return plan.EndStep(id=sid, type=kind, reason=s.get("reason"))
-        return None
 
-    def human_task(self, s: Mapping[str, Any], at: str) -> plan.HumanTaskStep:
-        a = s.get("assignment") or {}
-        mode = a.get("mode") or "group"
-        if mode == "expression":
-            value = a.get("value") or {}
-            assignment = plan.Assignment(
-                mode="expression", expression=self.computation(value, f"{at}/assignment/value", V_STATE)
-            )
-        else:
-            assignment = plan.Assignment(mode=mode, value=a.get("value"))
-        decisions = []
-        for index, d in enumerate(s.get("decisions") or []):
-            here = f"{at}/decisions/{index}"
-            decisions.append(
-                plan.TaskDecision(
-                    name=d.get("name") or "",
-                    next=d.get("next") or "",
-                    payload_schema=self.schema(d.get("payloadSchema"), f"{here}/payloadSchema"),
-                    set=self.computation(
-                        d.get("set"), f"{here}/{_field(d.get('set'), 'set', 'applicator')}", V_DECISION
-                    ),
-                    label=d.get("label"),
-                )
-            )
-        due = None
-        if s.get("due"):
-            d = s["due"]
-            due = plan.Due(
-                delay=self.delay(d.get("delay"), f"{at}/due"),
-                next=d.get("next") or "",
-                set=self.computation(d.get("set"), f"{at}/due/{_field(d.get('set'), 'set', 'mutator')}", V_STATE),
-            )
-        return plan.HumanTaskStep(
-            id=s.get("id") or "",
-            type="human-task",
-            task_type=s.get("taskType") or "approval",
-            title=s.get("title") or "",
-            description=s.get("description") or "",
-            assignment=assignment,
-            decisions=tuple(decisions),
-            due=due,
-            reminder_every_seconds=s.get("remindEverySeconds"),
-            require_version_stability=bool(s.get("requireVersionStability")),
-            title_template=self.template(s.get("title"), f"{at}/title"),
-            description_template=self.template(s.get("description"), f"{at}/description"),
-        )
-
-
-def _field(ref: Mapping[str, Any] | None, cel: str, callback: str) -> str:
-    """The document field a computation came from (for the pointer of its violation)."""
-    return callback if ref and "callback" in ref else cel
-
-
-def _trigger(build: _Build, spec: Mapping[str, Any] | None) -> plan.Trigger | None:
+def _trigger(build: Build, spec: Mapping[str, Any] | None) -> plan.Trigger | None:
     if not spec:
         return None
     model = spec.get("model")
@@ -421,7 +214,7 @@ def _with_lines(violations: list[Violation], document: Document | None) -> list[
     return out
 
 
-def _raise(build: _Build, violations: list[Violation]) -> NoReturn:
+def _raise(build: Build, violations: list[Violation]) -> NoReturn:
     violations = _with_lines(violations, build.document)
     unknown = [v for v in violations if v.type == UNKNOWN_NAME]
     if unknown:
@@ -440,7 +233,7 @@ def compile_data(data: dict[str, Any], document: Document | None = None) -> plan
     """Compile parsed document data into a :class:`Plan`; raises :class:`DefinitionError`."""
     checker = Checker()
     spec = normalise(data, checker)
-    build = _Build(document)
+    build = Build(document)
     build.violations.extend(checker.violations)
     try:
         return _compile_spec(spec, build)
@@ -454,7 +247,7 @@ def compile_data(data: dict[str, Any], document: Document | None = None) -> plan
         raise
 
 
-def _compile_spec(spec: dict[str, Any], build: _Build) -> plan.Plan:
+def _compile_spec(spec: dict[str, Any], build: Build) -> plan.Plan:
     build.violations.extend(graph_violations(spec))
 
     # names, in the reference's order
@@ -463,24 +256,25 @@ def _compile_spec(spec: dict[str, Any], build: _Build) -> plan.Plan:
     start_schema = build.schema(spec.get("startPayloadSchema"), "/startPayloadSchema")
     steps_spec: list[dict[str, Any]] = spec.get("steps") or []
     for index, s in enumerate(steps_spec):
-        if s.get("type") == "wait-signal":
-            build.schema(s.get("payloadSchema"), f"/steps/{index}/payloadSchema")
-        elif s.get("type") == "human-task":
-            for d_index, d in enumerate(s.get("decisions") or []):
-                build.schema(d.get("payloadSchema"), f"/steps/{index}/decisions/{d_index}/payloadSchema")
+        kind = REGISTRY.get(s.get("type") or "")
+        for suffix, ref in kind.schemas(s) if kind is not None else ():
+            build.schema(ref, f"/steps/{index}{suffix}")
     if build.unknown_names:
         _raise(build, build.violations)
 
     top = spec
     initial_state = build.computation(
-        top.get("initialState"), "/" + _field(top.get("initialState"), "initialState", "initialStateMapper"), V_PAYLOAD
+        top.get("initialState"),
+        "/" + source_field(top.get("initialState"), "initialState", "initialStateMapper"),
+        V_PAYLOAD,
     )
-    subject_at = "/" + _field(top.get("subject"), "subject", "subjectResolver")
+    subject_at = "/" + source_field(top.get("subject"), "subject", "subjectResolver")
     subject = build.computation(top.get("subject"), subject_at, V_STATE)
     trigger = _trigger(build, spec.get("trigger"))
     steps: dict[str, plan.Step] = {}
     for index, s in enumerate(steps_spec):
-        built = build.step(s, f"/steps/{index}", contract)
+        kind = REGISTRY.get(s.get("type") or "")
+        built = kind.compile(build, s, f"/steps/{index}", contract) if kind is not None else None
         if built is not None and built.id and built.id not in steps:
             steps[built.id] = built
     # the step pass resolved payload schemas a second time: keep one report per pointer

@@ -168,7 +168,7 @@ def _revisions() -> list[dict[str, Any]]:
 
 def _graph(revision: dict[str, Any]) -> SafeString | None:
     try:
-        from workflows.views.graph import render_svg
+        from workflows.presentation.graph import render_svg
     except ImportError:  # the run viewer's graph module is not installed: the table says it all
         return None
     plan = queries.revision_plan(

@@ -156,7 +156,7 @@ def dialog(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse
 def _pair(
     scope: str, definition_id: str, source: int, target: int, revisions: list[dict[str, Any]], positions: list[Any]
 ) -> dict[str, Any]:
-    from workflows.views.graph import render_svg
+    from workflows.presentation.graph import render_svg
 
     source_plan = queries.migration_plan(scope=scope, definition_id=definition_id, version=source)
     target_plan = queries.migration_plan(scope=scope, definition_id=definition_id, version=target)

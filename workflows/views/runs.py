@@ -33,7 +33,7 @@ from workflows import access, jsonvalues, operations, queries
 from workflows.access import Capability, page_requires
 from workflows.exceptions import AlreadyMovedOn, InstanceNotFound, LockTimeout, PersistenceError
 from workflows.models import HistoryEntry, Run, RunStatus
-from workflows.views.graph import render_svg
+from workflows.presentation.graph import render_svg
 
 RUNS_PAGE = 50
 VALUE_CHARS = 160  # a value shown inline in the timeline is cut here (the full one is a click away)

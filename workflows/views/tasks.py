@@ -39,7 +39,7 @@ from workflows.exceptions import (
     TaskNotWaiting,
 )
 from workflows.models import Task
-from workflows.views import forms
+from workflows.presentation import forms
 
 TICKET_SALT = "workflows.tasks.decision-form"
 TICKET_MAX_AGE = 60 * 60 * 24 * 30  # a form left open for a month still explains itself

@@ -2,12 +2,14 @@
 
     render_svg(plan, highlight={"review"}, visited=["route", "review"], counts={"review": 12})
 
-- **Nodes** have one shape per step type (a diamond for a decision, a hexagon for a signal
-  wait, a banded box for a human task, ...) and carry their type as text as well, so the
+- **Nodes** have the shape their step type names (``StepType.shape`` in
+  :mod:`workflows.definitions.steps`: a diamond for a decision, a hexagon for a signal wait,
+  a banded box for a human task, ...) and carry their type's label as text as well, so the
   picture does not rely on shape or colour alone.
-- **Edges** come from the plan: ``next``, decision routes and their default, a task's
-  decisions and due date, a signal wait's timeout, fork branches, ``onFailure`` of joins and
-  calls. Parallel edges between the same two steps are drawn once with their labels joined.
+- **Edges** are the step types' exits a run moves along: ``next``, decision routes and their
+  default, a task's decisions and due date, a signal wait's timeout, fork branches,
+  ``onFailure`` of joins and calls. Parallel edges between the same two steps are drawn once
+  with their labels joined.
 - **Layout** is layered, left to right: back edges (loops) are set aside by a depth-first
   search from the initial step, layers are longest paths over what is left, and the order
   within a layer is improved by a few barycentre sweeps to reduce crossings. Loops are drawn
@@ -31,6 +33,7 @@ from html import escape
 from typing import Any
 
 from workflows.definitions import plan as p
+from workflows.definitions.steps import REGISTRY, exits
 
 NODE_H = 48
 LAYER_GAP = 70
@@ -40,24 +43,6 @@ MIN_W = 104
 MAX_W = 196
 CHAR_W = 7.4  # average width of a 13px sans-serif character
 LABEL_CHARS = 24
-
-TYPE_NAMES = {
-    "service": "service",
-    "wait-signal": "signal wait",
-    "timer": "timer",
-    "human-task": "human task",
-    "decision": "decision",
-    "fork": "fork",
-    "join": "join",
-    "compensation": "compensation",
-    "call": "call",
-    "email": "email",
-    "agent": "agent",
-    "script": "script",
-    "complete": "complete",
-    "fail": "fail",
-    "end": "end",
-}
 
 
 @dataclass
@@ -86,7 +71,11 @@ def _short(text: str, limit: int) -> str:
 
 
 def edges_of(plan: p.Plan) -> list[Edge]:
-    """Every edge of the plan, parallel edges merged, in a stable order."""
+    """Every edge of the plan, parallel edges merged, in a stable order.
+
+    The edges are the exits of the plan's steps (``StepType.exits`` over the normalised spec)
+    that a run moves along; a fork's join and a service's compensation are not drawn.
+    """
     found: dict[tuple[str, str], Edge] = {}
 
     def add(source: str, target: str | None, label: str, kind: str) -> None:
@@ -97,26 +86,16 @@ def edges_of(plan: p.Plan) -> list[Edge]:
             edge.labels.append(label)
         edge.kinds.append(kind)
 
-    for step in plan.steps.values():
-        sid = step.id
-        if isinstance(step, p.DecisionStep):
-            for route in step.routes:
-                label = route.condition or (str(getattr(route.when, "source", "")) if route.when is not None else "")
-                add(sid, route.to, _short(label, 28), "route")
-            add(sid, step.default, "default", "default")
-        if isinstance(step, p.HumanTaskStep):
-            for decision in step.decisions:
-                add(sid, decision.next, decision.label or decision.name, "decision")
-            if step.due is not None:
-                add(sid, step.due.next, "due", "due")
-        if isinstance(step, p.WaitSignalStep) and step.timeout is not None:
-            add(sid, step.timeout.next, "timeout", "timeout")
-        if isinstance(step, p.ForkStep):
-            for branch in step.branches:
-                add(sid, branch, "branch", "branch")
-        if isinstance(step, p.JoinStep | p.CallStep) and step.on_failure:
-            add(sid, step.on_failure, "on failure", "failure")
-        add(sid, step.next, "", "next")
+    drawn: set[str] = set()
+    for step in plan.spec.get("steps") or ():
+        sid = step.get("id")
+        if sid not in plan.steps or sid in drawn:
+            continue
+        drawn.add(sid)
+        flow = [e for e in exits(step) if e.flow]
+        # ``next`` last: the order the layout's first sweep starts from
+        for edge in sorted(flow, key=lambda e: e.kind == "next"):
+            add(sid, edge.target, _short(edge.label, 28), edge.kind)
     return list(found.values())
 
 
@@ -185,16 +164,46 @@ def _layers(order: list[str], edges: list[Edge]) -> dict[str, int]:
     return layer
 
 
+# the outlines :func:`_shape` draws (a step type names one as its ``shape``)
+SHAPES = (
+    "box",
+    "diamond",
+    "hexagon",
+    "fork",
+    "join",
+    "octagon",
+    "parallelogram",
+    "clock",
+    "pill",
+    "double-pill",
+    "banded",
+    "subroutine",
+    "envelope",
+    "double-border",
+    "dashed",
+)
+# the width (and height) an outline takes beyond the label's box
+_EXTRA = {
+    "diamond": (36, 16),
+    "hexagon": (20, 0),
+    "fork": (20, 0),
+    "join": (20, 0),
+    "parallelogram": (20, 0),
+    "octagon": (20, 0),
+    "clock": (28, 0),
+}
+
+
+def _shape_of(step_type: str) -> str:
+    kind = REGISTRY.get(step_type)
+    return kind.shape if kind is not None else "box"
+
+
 def _size(step: p.Step) -> tuple[float, float]:
     label = _short(step.id, LABEL_CHARS)
     width = min(MAX_W, max(MIN_W, len(label) * CHAR_W + 32))
-    if step.type == "decision":
-        return width + 36, NODE_H + 16
-    if step.type in ("wait-signal", "fork", "join", "script", "fail"):
-        return width + 20, NODE_H
-    if step.type == "timer":
-        return width + 28, NODE_H
-    return width, NODE_H
+    extra_w, extra_h = _EXTRA.get(_shape_of(step.type), (0, 0))
+    return width + extra_w, NODE_H + extra_h
 
 
 def _label_width(edge: Edge) -> float:
@@ -285,13 +294,14 @@ def _points(points: Iterable[tuple[float, float]]) -> str:
 
 
 def _shape(node: Node) -> str:
-    """The outline of a node, one shape per step type."""
+    """The outline of a node: the shape its step type names (``StepType.shape``); a box for
+    ``box`` and for a shape this module does not know."""
     x, y, w, h = node.x, node.y, node.width, node.height
     left, right, top, bottom = x - w / 2, x + w / 2, y - h / 2, y + h / 2
-    t = node.type
-    if t == "decision":
+    t = _shape_of(node.type)
+    if t == "diamond":
         return f'<polygon class="wfg-shape" points="{_points([(left, y), (x, top), (right, y), (x, bottom)])}"/>'
-    if t == "wait-signal":
+    if t == "hexagon":
         d = 14
         pts = [(left, y), (left + d, top), (right - d, top), (right, y), (right - d, bottom), (left + d, bottom)]
         return f'<polygon class="wfg-shape" points="{_points(pts)}"/>'
@@ -303,8 +313,7 @@ def _shape(node: Node) -> str:
         d = 16
         pts = [(left, top), (right, top), (right, bottom), (left, bottom), (left + d, y)]
         return f'<polygon class="wfg-shape" points="{_points(pts)}"/>'
-    if t == "fail":
-        # a stop sign
+    if t == "octagon":  # a stop sign
         d = 12
         pts = [
             (left + d, top),
@@ -317,51 +326,50 @@ def _shape(node: Node) -> str:
             (left, top + d),
         ]
         return f'<polygon class="wfg-shape" points="{_points(pts)}"/>'
-    if t == "script":
+    if t == "parallelogram":
         d = 12
         pts = [(left + d, top), (right, top), (right - d, bottom), (left, bottom)]
         return f'<polygon class="wfg-shape" points="{_points(pts)}"/>'
     box = f'x="{left:.1f}" y="{top:.1f}" width="{w:.1f}" height="{h:.1f}"'
-    if t in ("timer", "complete", "end"):
+    if t in ("clock", "pill", "double-pill"):
         extra = ""
-        if t == "timer":  # a clock face at the left end (the node is wider for it)
+        if t == "clock":  # a clock face at the left end (the node is wider for it)
             cx = left + 18
             hands = _points([(cx, y - 6), (cx, y), (cx + 5, y)])
             extra = (
                 f'<circle class="wfg-inner" cx="{cx:.1f}" cy="{y:.1f}" r="9"/>'
                 f'<polyline class="wfg-inner" points="{hands}"/>'
             )
-        if t == "end":
+        if t == "double-pill":
             extra = (
                 f'<rect class="wfg-inner" x="{left + 4:.1f}" y="{top + 4:.1f}" width="{w - 8:.1f}" '
                 f'height="{h - 8:.1f}" rx="{(h - 8) / 2:.1f}"/>'
             )
         return f'<rect class="wfg-shape" {box} rx="{h / 2:.1f}"/>{extra}'
-    if t == "human-task":
-        # a band down the left side: a person acts here
+    if t == "banded":  # a band down the left side: a person acts here
         return (
             f'<rect class="wfg-shape" {box} rx="8"/>'
             f'<rect class="wfg-band" x="{left + 4:.1f}" y="{top + 6:.1f}" width="5" height="{h - 12:.1f}" rx="2"/>'
         )
-    if t == "call":
+    if t == "subroutine":
         return (
             f'<rect class="wfg-shape" {box} rx="3"/>'
             f'<line class="wfg-inner" x1="{left + 7:.1f}" y1="{top:.1f}" x2="{left + 7:.1f}" y2="{bottom:.1f}"/>'
             f'<line class="wfg-inner" x1="{right - 7:.1f}" y1="{top:.1f}" x2="{right - 7:.1f}" '
             f'y2="{bottom:.1f}"/>'
         )
-    if t == "email":
+    if t == "envelope":
         return (
             f'<rect class="wfg-shape" {box} rx="3"/>'
             f'<polyline class="wfg-inner" points="{_points([(left, top), (x, top + 12), (right, top)])}"/>'
         )
-    if t == "agent":  # a double border
+    if t == "double-border":
         return (
             f'<rect class="wfg-shape" {box} rx="16"/>'
             f'<rect class="wfg-inner" x="{left + 4:.1f}" y="{top + 4:.1f}" width="{w - 8:.1f}" '
             f'height="{h - 8:.1f}" rx="12"/>'
         )
-    if t == "compensation":
+    if t == "dashed":
         return f'<rect class="wfg-shape wfg-dashed" {box} rx="4"/>'
     return f'<rect class="wfg-shape" {box} rx="4"/>'
 
@@ -520,7 +528,7 @@ def render_svg(
             classes.append("wfg-visited")
         if sid in current:
             classes.append("wfg-current")
-        kind = TYPE_NAMES.get(node.type, node.type)
+        kind = REGISTRY[node.type].label if node.type in REGISTRY else node.type
         tip = [f"{sid} ({kind})"]
         if sid in current:
             tip.append("current position")
@@ -567,4 +575,4 @@ def ordered_path(entries: Iterable[Any]) -> list[str]:
     return path
 
 
-__all__ = ["edges_of", "layout", "ordered_path", "render_svg"]
+__all__ = ["SHAPES", "edges_of", "layout", "ordered_path", "render_svg"]

@@ -5,7 +5,9 @@ building one fills a table of about 170 response callbacks, which cost more CPU 
 ``LPUSH`` it then sends — about a third of a wake-up's publish. The client is only a
 front for the channel's connection pool and is safe to share between threads, so this
 channel keeps one per pool (a pool rebuilt after a fork or a reconnect gets a new client).
-Everything else is kombu's: selected with ``CELERY_BROKER_TRANSPORT`` for ``redis://`` URLs.
+Everything else is kombu's. A host selects it for a ``redis://`` broker with
+``CELERY_BROKER_TRANSPORT = "workflows.broker:Transport"`` (optional: without it the engine
+still publishes its wake-ups directly, see workflows.publish).
 """
 
 from __future__ import annotations

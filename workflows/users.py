@@ -20,6 +20,17 @@ def username_field() -> str:
     return str(get_user_model().USERNAME_FIELD)
 
 
+def email_field() -> str:
+    """The name of the user model's e-mail field (``EMAIL_FIELD``, ``email`` by default)."""
+    return str(get_user_model().get_email_field_name())
+
+
+def addresses(mode: str, value: str) -> list[str]:
+    """The e-mail addresses of the users an assignment reaches (sorted, no blanks)."""
+    name = email_field()
+    return sorted({str(v) for v in assignees(mode, value).values_list(name, flat=True) if v})
+
+
 def active_users() -> QuerySet[Any]:
     """Users who may act: all of them when the model has no ``is_active`` field."""
     model = get_user_model()

@@ -269,9 +269,9 @@ from workflows.models import Run
 print(";".join(f"{r.business_key}={r.status}={r.id}" for r in Run.objects.order_by("created_at")))
 """
 
-# The admin index and the change list and an add/change page of every Switchyard model registered
-# there (workflows and capture; the designer keeps no records of its own in the admin, so its
-# pages are checked instead), as the host's superuser signed in by e-mail.
+# The admin index, and the change list and the first row's change page of every Switchyard model
+# registered there (workflows and capture; the designer keeps no records of its own in the admin,
+# so its pages are checked instead), as the host's superuser signed in by e-mail.
 ADMIN_PAGES = """
 from django.contrib import admin
 from django.test import Client
@@ -279,9 +279,13 @@ from django.urls import reverse
 client = Client()
 assert client.login(username="root@acme.test", password="{password}")
 pages = [reverse("admin:index"), reverse("designer:list"), reverse("ops:dashboard"), reverse("ops:radar")]
-for model, model_admin in admin.site._registry.items():
+for model in admin.site._registry:
     if model._meta.app_label in ("workflows", "capture"):
-        pages.append(reverse(f"admin:{{model._meta.app_label}}_{{model._meta.model_name}}_changelist"))
+        prefix = f"admin:{{model._meta.app_label}}_{{model._meta.model_name}}"
+        pages.append(reverse(f"{{prefix}}_changelist"))
+        first = model._default_manager.order_by("pk").first()
+        if first is not None:
+            pages.append(reverse(f"{{prefix}}_change", args=(first.pk,)))
 for page in pages:
     response = client.get(page, HTTP_HOST="127.0.0.1")
     assert response.status_code == 200, (page, response.status_code)

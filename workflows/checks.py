@@ -31,7 +31,8 @@ def check_host_project(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
     """The pages' navigation reads ``request``; the inbox refreshes through htmx; record
     triggers name who saved a record through capture's middleware."""
     found: list[CheckMessage] = []
-    django_backends = [t for t in settings.TEMPLATES if t.get("BACKEND", "").endswith("DjangoTemplates")]
+    templates: list[dict[str, Any]] = list(settings.TEMPLATES)
+    django_backends = [t for t in templates if str(t.get("BACKEND", "")).endswith("DjangoTemplates")]
     if not any(REQUEST_PROCESSOR in t.get("OPTIONS", {}).get("context_processors", []) for t in django_backends):
         found.append(
             Warning(

@@ -185,7 +185,6 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
-STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -240,7 +239,7 @@ if os.environ.get("CELERY_BROKER_URL"):
         # unacked bookkeeping in Redis, which cost two Redis round trips per message
         CELERY_BROKER_TRANSPORT_OPTIONS["ack_emulation"] = False
     if CELERY_BROKER_URL.startswith("redis://"):
-        CELERY_BROKER_TRANSPORT = "config.broker:Transport"  # one Redis client per pool, not per publish
+        CELERY_BROKER_TRANSPORT = "workflows.broker:Transport"  # one Redis client per pool, not per publish
     EMBEDDED_BROKER = False
 else:
     _broker = embedded.broker_settings()

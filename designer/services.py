@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import yaml
 from django.db import connection
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 
 from workflows import conf, definitions, queries
 from workflows.definitions import expressions
@@ -522,10 +522,7 @@ def deploy(*, scope: str, text: str, username: str = "") -> Deployed:
 def migrate_url(scope: str, definition_id: str, source: int, target: int) -> str:
     """The Migrate dialog (``workflows:migrate:dialog``) with ``source`` and ``target`` selected."""
     query = urlencode({"source": source, "target": target})
-    try:
-        return f"{reverse('workflows:migrate:dialog', args=(scope, definition_id))}?{query}"
-    except NoReverseMatch:  # the dialog's pages are not installed: the address they answer at
-        return f"/migrate/{quote(scope, safe='')}/{quote(definition_id, safe='')}/?{query}"
+    return f"{reverse('workflows:migrate:dialog', args=(scope, definition_id))}?{query}"
 
 
 # --- comparing ---------------------------------------------------------------------------------

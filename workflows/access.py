@@ -235,15 +235,12 @@ def assignee_problem(*, mode: str, value: str) -> str | None:
     """Why a task cannot be assigned to ``mode``/``value`` (value-free), or None when it can:
     a user must exist and be active (looked up by the user model's ``USERNAME_FIELD``, the
     name task assignments hold), a group must exist."""
-    from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 
+    from workflows import users
+
     if mode == "user":
-        model = get_user_model()
-        users = model._default_manager.filter(**{model.USERNAME_FIELD: value})
-        if any(f.name == "is_active" for f in model._meta.get_fields()):
-            users = users.filter(is_active=True)
-        found = users.exists()
+        found = users.assignees(mode, value).exists()
         return None if found else "no active user has this username"
     if mode in ("group", "role"):
         return None if Group.objects.filter(name=value).exists() else "no group has this name"

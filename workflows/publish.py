@@ -58,7 +58,7 @@ def _direct_queue(task: Any) -> str | None:
     url = str(conf.broker_url or "")
     transport = str(conf.broker_transport or "")
     options = dict(conf.broker_transport_options or {})
-    if not url.startswith("redis://") or transport not in ("", "redis", "config.broker:Transport"):
+    if not url.startswith("redis://") or transport not in ("", "redis", "workflows.broker:Transport"):
         return None
     if options.get("global_keyprefix") or options.get("priority_steps") or conf.task_default_priority:
         return None

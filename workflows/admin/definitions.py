@@ -66,7 +66,7 @@ class DefinitionVersionAdmin(admin.ModelAdmin):
 
     @admin.action(description="Activate selected versions in their scope", permissions=["deploy"])
     def activate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        user = getattr(request.user, "username", "")
+        user = request.user.get_username()
         _each(self, request, queryset, "Activated", lambda row: definitions.activate(**_key(row), updated_by=user))
 
     @admin.action(description="Deprecate selected versions", permissions=["deploy"])

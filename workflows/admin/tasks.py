@@ -13,7 +13,6 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db.models import QuerySet
 from django.db.models.functions import Now
@@ -22,7 +21,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
-from workflows import access, operations
+from workflows import access, operations, users
 from workflows.access import Capability
 from workflows.exceptions import WorkflowError
 from workflows.models import Task
@@ -96,9 +95,7 @@ class ReassignForm(forms.Form):
 
 
 def _active_usernames() -> list[str]:
-    model = get_user_model()
-    name = model.USERNAME_FIELD  # what task assignments hold (``get_username()``)
-    return list(model._default_manager.filter(is_active=True).order_by(name).values_list(name, flat=True)[:500])
+    return users.usernames(users.active_users(), limit=500)  # what user assignments hold
 
 
 @admin.register(Task)

@@ -60,7 +60,7 @@ def url_or_none(name: str, *args: Any) -> str | None:
 
 
 def run_url(run_id: Any) -> str:
-    return url_or_none("workflows:runs:detail", run_id) or f"/runs/{run_id}/"
+    return reverse("workflows:runs:detail", args=(run_id,))
 
 
 def duration(seconds: float | None) -> str:

@@ -1,0 +1,373 @@
+"""Switchyard in someone else's project (issue #28): the ``switchyard`` wheel and sdist are
+built from pyproject.toml, their contents checked, and the wheel installed into a fresh
+virtualenv with the host project under ``tests/host_project/`` (its own Invoice model, a user
+model whose username is the e-mail, its own layout, Switchyard under ``/approvals/``).
+
+Then, as a team adopting Switchyard would: ``migrate``, load the host's packaged definition,
+a real Celery worker (with beat) on the suite's broker, an Invoice over the limit saved (its
+record trigger starts a review run), an approver signs in by e-mail in Chromium, approves
+from the inbox and sees the run completed in the run viewer; the admin pages of the three apps
+render; ``check --deploy`` on the host's production settings reports nothing.
+
+The new virtualenv gets only the wheel (``pip install --no-deps``); the dependencies come from
+the suite's own virtualenv through a ``.pth`` line, so no registry is asked. The repository is
+not on its path: ``workflows`` is imported from the wheel (the test checks it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, SKIP_REASON
+from tests.support.processes import stop_process_group
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=SKIP_REASON),
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+HOST_PROJECT = ROOT / "tests" / "host_project"
+APPS = ("workflows", "capture", "designer")
+# the reference site, the tests and the developer's tools never ship
+NOT_SHIPPED = ("config/", "demo/", "accounts/", "tests/", "bench/", "dev.py", "manage.py", "requirements/")
+PASSWORD = "correct horse battery staple"
+
+
+def run(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 240) -> str:
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, f"{argv} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def source_files() -> list[str]:
+    """The repository's files as a clean checkout has them (tracked and new, not ignored)."""
+    listed = run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT)
+    return [name for name in listed.splitlines() if name and (ROOT / name).is_file()]
+
+
+def expected_package_data() -> set[str]:
+    """Every template, static file, SQL file and migration of the three apps, as archive names."""
+    found: set[str] = set()
+    for app in APPS:
+        for path in (ROOT / app).rglob("*"):
+            relative = path.relative_to(ROOT).as_posix()
+            if "__pycache__" in relative or not path.is_file():
+                continue
+            data = "/templates/" in relative or "/static/" in relative or path.suffix == ".sql"
+            if data or ("/migrations/" in relative and path.suffix == ".py"):
+                found.add(relative)
+    return found
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The sdist and the wheel, built by setuptools' PEP 517 hooks from a clean copy."""
+    tree = tmp_path_factory.mktemp("source")
+    for name in source_files():
+        target = tree / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, target, follow_symlinks=False)
+    dist = tree / "dist"
+    hooks = "from setuptools import build_meta as b; print(b.build_sdist('dist')); print(b.build_wheel('dist'))"
+    run([sys.executable, "-c", hooks], cwd=tree)
+    (sdist,) = dist.glob("switchyard-*.tar.gz")
+    (wheel,) = dist.glob("switchyard-*-py3-none-any.whl")
+    return {"sdist": sdist, "wheel": wheel}
+
+
+def test_the_wheel_and_the_sdist_hold_the_apps_and_nothing_of_the_reference_site(built: dict[str, Path]) -> None:
+    with zipfile.ZipFile(built["wheel"]) as wheel:
+        names = set(wheel.namelist())
+        metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        requires = [line for line in wheel.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
+    assert {name.split("/")[0] for name in names} == {*APPS, "switchyard-0.1.0.dist-info"}
+    assert expected_package_data() <= names, sorted(expected_package_data() - names)
+    assert "workflows/templates/switchyard/base.html" in names
+    assert any(n.startswith("workflows/management/commands/") for n in names)
+    assert not [n for n in names if n.startswith(NOT_SHIPPED)]
+    # runtime dependencies as ranges; the embedded PostgreSQL only as an extra
+    assert any(r.startswith("Requires-Dist: Django") and "<6" in r for r in requires), requires
+    assert any("pgserver" in r and "extra == " in r for r in requires), requires
+    assert not [r for r in requires if re.search(r"[^<>!~=]==\s*\d", r)], requires  # no exact pins
+
+    with tarfile.open(built["sdist"]) as sdist:
+        top = sdist.getnames()[0].split("/")[0]
+        members = {name.removeprefix(f"{top}/") for name in sdist.getnames()}
+    assert expected_package_data() <= members, sorted(expected_package_data() - members)
+    assert {"pyproject.toml", "README.md"} <= members
+    assert not [n for n in members if n.startswith(NOT_SHIPPED)]
+
+
+# --- the host project ------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def database_settings() -> dict[str, str]:
+    """The suite's PostgreSQL server (the machine's or the embedded one), a database of its own."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    name = f"{db['TEST'].get('NAME') or 'test_switchyard'}_host"[:63]
+    return {
+        "ACME_DB_NAME": name,
+        "ACME_DB_HOST": str(db.get("HOST") or ""),
+        "ACME_DB_PORT": str(db.get("PORT") or ""),
+        "ACME_DB_USER": str(db.get("USER") or ""),
+        "ACME_DB_PASSWORD": str(db.get("PASSWORD") or ""),
+    }
+
+
+def server_connection(env: dict[str, str]) -> Any:
+    import psycopg
+
+    return psycopg.connect(
+        dbname="postgres",
+        host=env["ACME_DB_HOST"] or None,
+        port=env["ACME_DB_PORT"] or None,
+        user=env["ACME_DB_USER"] or None,
+        password=env["ACME_DB_PASSWORD"] or None,
+        autocommit=True,
+    )
+
+
+def recreate_database(env: dict[str, str], *, drop_only: bool = False) -> None:
+    from psycopg import sql
+
+    with server_connection(env) as conn:
+        name = sql.Identifier(env["ACME_DB_NAME"])
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+        if not drop_only:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
+
+
+class Host:
+    """The host project in a virtualenv of its own, with the wheel installed."""
+
+    def __init__(self, root: Path, wheel: Path) -> None:
+        self.root = root
+        self.project = root / "project"
+        shutil.copytree(HOST_PROJECT, self.project, ignore=shutil.ignore_patterns("__pycache__"))
+        venv = root / "venv"
+        run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=root)
+        self.python = str(venv / "bin" / "python")
+        purelib = run([self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=root)
+        # the suite's packages (Django, Celery, ...) as the dependencies, after the venv's own
+        (Path(purelib.strip()) / "suite-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python", self.python]
+        run([*pip, "install", "--quiet", "--no-deps", "--no-index", str(wheel)], cwd=root)
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": os.environ.get("HOME", str(root)),
+            "LANG": "C.UTF-8",
+            "DJANGO_SETTINGS_MODULE": "acme.settings",
+            "ACME_SECRET_KEY": secrets.token_urlsafe(50),
+            "ACME_WEBHOOK_SIGNING_SECRET": secrets.token_urlsafe(32),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **database_settings(),
+        }
+        if os.environ.get("CELERY_BROKER_URL"):
+            self.env["ACME_BROKER_URL"] = os.environ["CELERY_BROKER_URL"]
+        else:
+            folder = root / "broker"
+            folder.mkdir()
+            self.env["ACME_BROKER_URL"] = "filesystem://"
+            self.env["ACME_BROKER_FOLDER"] = str(folder)
+        self.processes: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def manage(self, *args: str, **env: str) -> str:
+        return run([self.python, "manage.py", *args], cwd=self.project, env={**self.env, **env})
+
+    def shell(self, code: str) -> str:
+        return self.manage("shell", "--no-imports", "-c", code)
+
+    def start(self, name: str, *argv: str) -> None:
+        log = self.root / f"{name}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [self.python, *argv],
+                cwd=self.project,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.processes.append((proc, log))
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-4000:]}" for _, log in self.processes)
+
+    def stop(self) -> None:
+        for proc, _ in reversed(self.processes):
+            stop_process_group(proc)
+
+
+@pytest.fixture(scope="module")
+def host(built: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
+    project = Host(tmp_path_factory.mktemp("host"), built["wheel"])
+    recreate_database(project.env)
+    try:
+        yield project
+    finally:
+        project.stop()
+        recreate_database(project.env, drop_only=True)
+
+
+def wait_for(condition: Any, *, what: str, host: Host, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}\n{host.logs()}")
+
+
+SETUP = """
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+approvers, _ = Group.objects.get_or_create(name="approvers")
+approvers.permissions.add(Permission.objects.get(codename="view_run", content_type__app_label="workflows"))
+User = get_user_model()
+User.objects.create_user("ada@acme.test", "{password}", full_name="Ada").groups.add(approvers)
+User.objects.create_superuser("root@acme.test", "{password}")
+print("users ready")
+"""
+
+SAVE_INVOICES = """
+from decimal import Decimal
+from billing.models import Invoice
+Invoice.objects.create(number="INV-7", customer="Initech", amount=Decimal("120.00"))
+Invoice.objects.create(number="INV-8", customer="Globex", amount=Decimal("9800.00"))
+"""
+
+RUNS = """
+from workflows.models import Run
+print(";".join(f"{r.business_key}={r.status}={r.id}" for r in Run.objects.order_by("created_at")))
+"""
+
+# The admin index, and the change list and the first row's change page of every Switchyard model
+# registered there (workflows and capture; the designer keeps no records of its own in the admin,
+# so its pages are checked instead), as the host's superuser signed in by e-mail.
+ADMIN_PAGES = """
+from django.contrib import admin
+from django.test import Client
+from django.urls import reverse
+client = Client()
+assert client.login(username="root@acme.test", password="{password}")
+pages = [reverse("admin:index"), reverse("designer:list"), reverse("ops:dashboard"), reverse("ops:radar")]
+for model in admin.site._registry:
+    if model._meta.app_label in ("workflows", "capture"):
+        prefix = f"admin:{{model._meta.app_label}}_{{model._meta.model_name}}"
+        pages.append(reverse(f"{{prefix}}_changelist"))
+        first = model._default_manager.order_by("pk").first()
+        if first is not None:
+            pages.append(reverse(f"{{prefix}}_change", args=(first.pk,)))
+for page in pages:
+    response = client.get(page, HTTP_HOST="127.0.0.1")
+    assert response.status_code == 200, (page, response.status_code)
+print(" ".join(pages))
+"""
+
+
+def test_a_host_project_adds_switchyard_from_the_wheel(host: Host, tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    where = host.shell("import workflows, capture, designer; print(workflows.__file__, designer.__file__)")
+    assert str(host.root / "venv") in where and str(ROOT) not in where, where
+
+    host.manage("migrate", "--no-input")
+    assert "invoice-review" in host.manage("load_packaged_definitions")
+    host.shell(SETUP.format(password=PASSWORD))
+    host.start("worker", "-m", "celery", "-A", "acme", "worker", "-B", "-c", "2", "-l", "info")
+    port = free_port()
+    host.start("web", "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}")
+    root = f"http://127.0.0.1:{port}"
+
+    host.shell(SAVE_INVOICES)  # INV-8 is over the limit: its trigger starts a review
+
+    def review_started() -> str | None:  # the run waits at its human task
+        runs = [r.split("=") for r in host.shell(RUNS).strip().split(";") if r]
+        return next((run_id for key, status, run_id in runs if key == "INV-8" and status == "WAITING"), None)
+
+    run_id = wait_for(review_started, what="the record trigger to start a review of INV-8", host=host)
+    assert "INV-7" not in host.shell(RUNS)
+
+    wait_for(lambda: _answers(f"{root}/login/"), what="the host's runserver", host=host)
+    shots = Path(os.environ.get("HOST_PROJECT_SCREENSHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(f"{root}/approvals/tasks/")
+            assert page.url.startswith(f"{root}/login/"), page.url  # the host's own sign-in page
+            page.get_by_label("E-mail").fill("ada@acme.test")
+            page.get_by_label("Password").fill(PASSWORD)
+            with page.expect_navigation():
+                page.get_by_role("button", name="Sign in").click()
+            assert page.url == f"{root}/approvals/tasks/", page.url
+            # Switchyard's inbox inside Acme's layout
+            assert page.locator("#acme-header").inner_text().startswith("Acme Finance")
+            assert "ada@acme.test" in page.locator("#acme-header").inner_text()
+            page.screenshot(path=str(shots / "host-inbox.png"), full_page=True)
+            page.get_by_role("link", name="Review invoice INV-8").click()
+            assert page.get_by_role("heading", level=1).inner_text() == "Review invoice INV-8"
+            assert page.url.startswith(f"{root}/approvals/tasks/"), page.url
+            page.get_by_role("button", name="Approve").click()
+            assert "Your decision “Approve” was recorded." in page.get_by_role("status").first.inner_text()
+
+            page.goto(f"{root}/approvals/runs/{run_id}/")
+            for _ in range(60):
+                if page.locator("#run-status").inner_text() == "Completed":
+                    break
+                time.sleep(0.5)
+                page.reload()
+            assert page.locator("#run-status").inner_text() == "Completed", host.logs()
+            assert page.locator("#acme-header").is_visible()
+            assert "ada@acme.test" in page.content()  # the decision's actor, by e-mail
+            page.screenshot(path=str(shots / "host-run.png"), full_page=True)
+        finally:
+            browser.close()
+
+    rendered = host.shell(ADMIN_PAGES.format(password=PASSWORD)).split()
+    assert "/approvals/designer/" in rendered and "/admin/workflows/run/" in rendered, rendered
+    assert "/admin/capture/capture/" in rendered, rendered
+
+    deploy = host.manage(
+        "check", "--deploy", "--fail-level", "WARNING", DJANGO_SETTINGS_MODULE="acme.settings_production"
+    )
+    assert "System check identified no issues" in deploy, deploy
+
+
+def _answers(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False

@@ -102,7 +102,6 @@ def apply_batch(*, record_id: int, actor: Actor, confirm: int | None = None, lim
     return progress(record_id=record_id)
 
 
-# -- name: lock_batch
 # The execution locks of a batch of runs, taken together without waiting: a run whose lock is
 # busy (a segment, an approver's completion, a cancel) is skipped and stays for the next Apply,
 # so this never waits for one run's lock while holding others.

@@ -31,21 +31,10 @@ def counted_positions(where: str, failed_where: str) -> str:
     """The open main-path parks per position (``where`` over workflow_park_counts), less
     those of FAILED runs (``failed_where`` over their runs ``r``): a subquery ``c`` of
     (definition_id, scope, version, node, kind, runs) with runs > 0."""
-    return (
-        "(SELECT k.definition_id, k.scope, k.version, k.node, k.kind, k.runs - coalesce(f.runs, 0) AS runs FROM "
-        "(SELECT definition_id, scope, version, node, kind, sum(runs) AS runs FROM workflow_park_counts "
-        f"WHERE {where} GROUP BY definition_id, scope, version, node, kind) k LEFT JOIN "
-        "(SELECT p.definition_id, p.scope, p.version, p.node, p.kind, count(*) AS runs FROM workflow_runs r "
-        "JOIN workflow_parks p ON p.run_id = r.id AND p.left_at IS NULL AND p.branch_id = '' "
-        f"WHERE r.status = '{RunStatus.FAILED.value}' AND {failed_where} "
-        "GROUP BY p.definition_id, p.scope, p.version, p.node, p.kind) f "
-        "ON (f.definition_id, f.scope, f.version, f.node, f.kind) "
-        "= (k.definition_id, k.scope, k.version, k.node, k.kind) "
-        "WHERE k.runs - coalesce(f.runs, 0) > 0) c"
-    )
+    return _SQL.counted_positions.format(where=where, failed_where=failed_where)
 
 
-# -- name: positions
+# positions:
 # One row per position of a revision that holds parked runs.
 POSITIONS = (
     f"SELECT c.node, c.kind, c.runs, {OLDEST_AT_POSITION} AS oldest FROM "
@@ -56,7 +45,7 @@ POSITIONS = (
     + " ORDER BY c.node, c.kind"
 )
 
-# -- name: positions_by_revision
+# positions by revision:
 # The positions of every revision of a definition (the dialog reads its header and its rows
 # from this one statement).
 POSITIONS_BY_REVISION = (
@@ -65,7 +54,7 @@ POSITIONS_BY_REVISION = (
     + " ORDER BY c.version, c.node, c.kind"
 )
 
-# -- name: parked_by_version
+# parked by version:
 # How many runs are parked per revision of a definition (every revision, the current one too).
 PARKED_BY_VERSION = (
     "SELECT c.scope, c.version, sum(c.runs) FROM "
@@ -73,7 +62,7 @@ PARKED_BY_VERSION = (
     + " GROUP BY c.scope, c.version"
 )
 
-# -- name: parked_by_definition
+# parked by definition (a template: {counted} is a counted_positions subquery):
 PARKED_BY_DEFINITION = "SELECT c.definition_id, c.scope, sum(c.runs) FROM {counted} GROUP BY c.definition_id, c.scope"
 
 

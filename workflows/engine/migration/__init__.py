@@ -11,23 +11,14 @@ Each module imports the ones it needs directly; this package re-exports what cal
 so ``from workflows.engine import migration; migration.freeze(...)`` reads as one module.
 """
 
-from workflows.engine.migration.apply import LARGE_BATCH, Progress, apply_batch, progress
+from workflows.engine.migration.apply import apply_batch, progress
 from workflows.engine.migration.handler import (
-    ACTIONS,
-    CANCEL_REASON,
-    ENDED_REASON,
-    StateHandler,
-    actor_label,
     apply_migration,
-    handler_for,
-    parked_at,
     register_migration_handler,
     unregister_migration_handler,
 )
 from workflows.engine.migration.positions import (
-    NOT_FAILED,
     OLDEST_AT_POSITION,
-    Position,
     counted_positions,
     parked_by_definition,
     parked_by_version,
@@ -45,25 +36,14 @@ from workflows.engine.migration.preview import (
 )
 
 __all__ = [
-    "ACTIONS",
-    "CANCEL_REASON",
-    "ENDED_REASON",
-    "LARGE_BATCH",
-    "NOT_FAILED",
     "OLDEST_AT_POSITION",
-    "Position",
-    "Progress",
     "RowRequest",
-    "StateHandler",
-    "actor_label",
     "apply_batch",
     "apply_migration",
     "counted_positions",
     "describe_target",
     "discard",
     "freeze",
-    "handler_for",
-    "parked_at",
     "parked_by_definition",
     "parked_by_version",
     "plan_of",

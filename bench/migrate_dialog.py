@@ -16,7 +16,7 @@ Then it:
   the 95th percentile (target: under 200 ms, flat from 1,000 to 100,000 runs);
 - previews a move of ``--apply`` runs of the approval position to the renamed node of
   revision 2 and presses Apply until nothing is left (``MIGRATE.APPLY_BATCH`` per press). Apply
-  moves these runs itself, set-based (``workflows/engine/migration_bulk.py``); runs it leaves to
+  moves these runs itself, set-based (``workflows/engine/migration/bulk.py``); runs it leaves to
   MIGRATION commands are applied by the in-process executor (``--executors`` forked processes)
   before the next press. It reports runs moved per second (target: at least 500), split into
   Apply ("apply s") and the executor ("execute s").

@@ -15,6 +15,7 @@ from tests.engine import documents
 from tests.support.waiting import eventually
 from workflows import operations, tasks
 from workflows.engine import outbox
+from workflows.engine.outbox import delivery
 from workflows.models import OutboxIntent
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,7 +26,7 @@ DOCUMENT = documents.ORDER_SIGNAL.replace("test.reserve", "test.noop")
 @pytest.fixture
 def carried(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Carry marks as a worker does, without the flusher thread (so each step is observable)."""
-    monkeypatch.setattr(outbox._Marks, "_ensure_flusher", lambda self: None)
+    monkeypatch.setattr(delivery._Marks, "_ensure_flusher", lambda self: None)
     outbox.enable_carried_marks()
     try:
         yield
@@ -78,7 +79,7 @@ def test_a_claim_that_finds_its_run_busy_hands_the_marks_back(deploy: Any, carri
 
 
 def test_with_no_wake_up_after_it_the_flusher_writes_the_mark(deploy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(outbox, "FLUSHER_IDLE_SECONDS", 0.2)  # its connection goes back soon after
+    monkeypatch.setattr(delivery, "FLUSHER_IDLE_SECONDS", 0.2)  # its connection goes back soon after
     deploy(DOCUMENT)
     outbox.enable_carried_marks()
     try:

@@ -11,6 +11,7 @@ import pytest
 from workflows import definitions, operations, queries
 from workflows.engine import history as history_log
 from workflows.engine import migration
+from workflows.engine.migration import apply as migration_apply
 from workflows.exceptions import InvalidPayload, MigrationIllegalState
 from workflows.models import (
     Command,
@@ -453,7 +454,7 @@ class TestBulk:
         assert Run.objects.get(pk=approved).current_step == "wait-goods"
 
     def test_a_large_batch_needs_its_size_typed_back(self, revisions: None, drain: Any, monkeypatch: Any) -> None:
-        monkeypatch.setattr(migration, "LARGE_BATCH", 2)
+        monkeypatch.setattr(migration_apply, "LARGE_BATCH", 2)
         park_three_positions(drain)
         record_id = operations.migration_preview(
             scope="default",

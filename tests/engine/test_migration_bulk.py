@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from workflows import operations, queries
-from workflows.engine import migration_bulk
+from workflows.engine.migration import bulk as migration_bulk
 from workflows.models import Command, HistoryEntry, MigrationItem, Park, Run, Task, Timer
 from workflows.models.commands import OutboxIntent
 

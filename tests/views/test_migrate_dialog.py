@@ -12,7 +12,8 @@ from django.test import Client
 
 from tests.engine.test_migration import REVISION_1, REVISION_2
 from workflows import definitions, operations
-from workflows.engine import executor, migration
+from workflows.engine import executor
+from workflows.engine.migration import apply as migration_apply
 from workflows.models import Command, MigrationRecord, Run, Task
 
 DIALOG = "/migrate/default/purchase-move/"
@@ -167,7 +168,7 @@ class TestDialog:
         from workflows.views import migrate as view
 
         monkeypatch.setattr(view, "LARGE_BATCH", 2)
-        monkeypatch.setattr(migration, "LARGE_BATCH", 2)
+        monkeypatch.setattr(migration_apply, "LARGE_BATCH", 2)
         settings.WORKFLOWS = {"MIGRATE": {"APPLY_BATCH": 2}}
         conf.reload()
         try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 
 def install() -> None:
-    from workflows.engine import calls, forks, migration
+    from workflows.engine import calls, forks, migration, segment
 
     forks.install()
     calls.install()
-    migration.install()
+    segment.migration_handler = migration.apply_migration

@@ -1,0 +1,93 @@
+-- Operations: the dashboard, the stuck-run radar and the metrics gauges
+-- (workflows/queries/ops.py). Every age and "overdue" is computed on the database clock
+-- (now()), never the web node's.
+
+-- name: run_columns
+-- The run of a radar row.
+r.id AS run_id, r.definition_id, r.scope, r.version, r.status AS run_status, r.current_step,
+r.business_key, r.state_version, r.history_seq
+
+-- name: queue_health
+-- The command queue at a glance, over the unsettled/attention statuses only.
+SELECT count(*) FILTER (WHERE status = {CommandStatus.PENDING} AND available_at <= now()) AS pending,
+    count(*) FILTER (WHERE status = {CommandStatus.PENDING} AND available_at > now()) AS scheduled,
+    count(*) FILTER (WHERE status = {CommandStatus.DEFERRED}) AS deferred,
+    count(*) FILTER (WHERE status = {CommandStatus.CLAIMED}) AS claimed,
+    count(*) FILTER (WHERE status = {CommandStatus.CLAIMED} AND lease_until < now()) AS expired_leases,
+    count(*) FILTER (WHERE status = {CommandStatus.PARKED}) AS parked,
+    count(*) FILTER (WHERE status = {CommandStatus.DEAD}) AS dead,
+    count(*) FILTER (WHERE status = {CommandStatus.OUTCOME_UNKNOWN}) AS outcome_unknown,
+    coalesce(EXTRACT(EPOCH FROM now() - min(available_at) FILTER (WHERE status = {CommandStatus.PENDING}
+        AND available_at <= now())), 0)::float AS oldest_pending_seconds, now() AS at
+FROM workflow_commands
+WHERE status IN ({CommandStatus.PENDING},{CommandStatus.DEFERRED},{CommandStatus.CLAIMED},
+    {CommandStatus.PARKED},{CommandStatus.DEAD},{CommandStatus.OUTCOME_UNKNOWN})
+
+-- name: runs_by_revision
+SELECT definition_id, scope, version, max(plan_hash) AS plan_hash, status, count(*) AS runs
+FROM workflow_runs GROUP BY definition_id, scope, version, status
+ORDER BY definition_id, scope, version DESC, status
+
+-- name: settled_per_minute
+-- Every minute of the window present, zeros included.
+WITH s AS (SELECT date_trunc('minute', settled_at) AS minute, count(*) AS settled,
+        count(*) FILTER (WHERE status = {CommandStatus.FAILED}) AS failed FROM workflow_commands
+    WHERE settled_at >= date_trunc('minute', now()) - make_interval(mins => %s) GROUP BY 1)
+SELECT g.minute, coalesce(s.settled, 0) AS settled, coalesce(s.failed, 0) AS failed
+FROM generate_series(date_trunc('minute', now()) - make_interval(mins => %s), date_trunc('minute', now()),
+    interval '1 minute') AS g(minute) LEFT JOIN s ON s.minute = g.minute ORDER BY g.minute
+
+-- name: stuck_parks
+-- Open parks of live runs past their position's threshold, most overdue first.
+WITH stats AS (SELECT definition_id, node, count(*) AS samples, percentile_cont(%(pct)s) WITHIN GROUP
+        (ORDER BY EXTRACT(EPOCH FROM left_at - since)) AS typical FROM workflow_parks
+    WHERE left_at IS NOT NULL AND left_at >= now() - make_interval(days => %(days)s)
+        AND left_how NOT IN ('moved','cancelled') GROUP BY definition_id, node),
+open AS (SELECT p.id AS park_id, p.node, p.kind, p.branch_id, p.since,
+        EXTRACT(EPOCH FROM now() - p.since)::float AS waited_seconds, s.samples, s.typical,
+        coalesce((%(overrides)s::jsonb ->> (p.definition_id || ':' || p.node))::float,
+            (%(overrides)s::jsonb ->> p.definition_id)::float, greatest(coalesce(s.typical, 0), %(floor)s))::float
+        AS threshold_seconds, {@run_columns}
+    FROM workflow_parks p JOIN workflow_runs r ON r.id = p.run_id
+    LEFT JOIN stats s ON s.definition_id = p.definition_id AND s.node = p.node
+    WHERE p.left_at IS NULL AND r.status IN ({LIVE_STATUSES}))
+SELECT * FROM open WHERE waited_seconds > threshold_seconds
+ORDER BY waited_seconds / greatest(threshold_seconds, 1) DESC, park_id LIMIT %(limit)s
+
+-- name: stuck_commands
+-- Unsettled commands due for longer than the given seconds.
+SELECT c.id AS command_id, c.kind, c.seq, c.status, c.attempts, c.deferral_count, c.last_error,
+    c.recorded_at, EXTRACT(EPOCH FROM now() - greatest(c.available_at, c.recorded_at))::float AS stuck_seconds,
+    (c.status = {CommandStatus.CLAIMED} AND c.lease_until < now()) AS lease_expired, {@run_columns}
+FROM workflow_commands c JOIN workflow_runs r ON r.id = c.run_id
+WHERE c.status IN ({CommandStatus.PENDING},{CommandStatus.DEFERRED},{CommandStatus.CLAIMED})
+    AND greatest(c.available_at, c.recorded_at) < now() - make_interval(secs => %s)
+ORDER BY greatest(c.available_at, c.recorded_at), c.id LIMIT %s
+
+-- name: commands_in_status
+SELECT c.id AS command_id, c.kind, c.seq, c.status, c.attempts, c.last_error, c.recorded_at,
+    {@run_columns}
+FROM workflow_commands c JOIN workflow_runs r ON r.id = c.run_id
+WHERE c.status = %s ORDER BY c.recorded_at, c.id LIMIT %s
+
+-- name: overdue_tasks
+SELECT t.id AS task_id, t.title, t.step, t.assignment_mode, t.assignment_value, t.due_at,
+    EXTRACT(EPOCH FROM now() - t.due_at)::float AS overdue_seconds, {@run_columns}
+FROM workflow_tasks t JOIN workflow_runs r ON r.id = t.run_id
+WHERE t.status = {TaskStatus.OPEN} AND t.due_at < now() ORDER BY t.due_at, t.id LIMIT %s
+
+-- name: task_counts
+SELECT count(*) AS open, count(*) FILTER (WHERE status = {TaskStatus.OPEN} AND due_at < now()) AS overdue
+FROM workflow_tasks WHERE status IN ({TaskStatus.OPEN},{TaskStatus.COMPLETING})
+
+-- name: live_run_counts
+SELECT status, count(*) AS runs FROM workflow_runs
+WHERE status IN ({LIVE_STATUSES},{RunStatus.FAILED}) GROUP BY status
+
+-- name: reconcile_candidate
+-- A command with its run and the step of its latest effect marker.
+SELECT c.id AS command_id, c.kind, c.seq, c.status, c.attempts, c.last_error, c.recorded_at,
+    (SELECT m.step FROM workflow_effect_markers m WHERE m.command_id = c.id ORDER BY m.started_at DESC
+        LIMIT 1) AS effect_step, {@run_columns}
+FROM workflow_commands c JOIN workflow_runs r ON r.id = c.run_id
+WHERE c.id = %s

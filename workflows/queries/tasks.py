@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
+from workflows import users
 from workflows.exceptions import TaskNotFound
 from workflows.models import Task, TaskStatus
 
@@ -81,13 +82,6 @@ def open_tasks(*, run_id: Any) -> list[Task]:
 def assignee_names(*, mode: str, value: str, limit: int = 10) -> list[str]:
     """Who an assignment reaches (the users a new task notifies): the user, or the active
     members of the group (at most ``limit``)."""
-    from django.contrib.auth import get_user_model
-
-    users = get_user_model().objects.filter(is_active=True)
-    if mode == "user":
-        users = users.filter(username=value)
-    elif mode == "group":
-        users = users.filter(groups__name=value)
-    else:
+    if mode not in ("user", "group"):
         return []
-    return list(users.order_by("username").values_list("username", flat=True)[:limit])
+    return users.usernames(users.assignees(mode, value), limit=limit)

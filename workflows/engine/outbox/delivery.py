@@ -18,7 +18,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.urls import NoReverseMatch, reverse
 
+from workflows import users
 from workflows.engine import db, faults, mail, sql, wakeups, webhooks
 from workflows.engine.outbox.recording import lease_seconds, plain_name
 from workflows.models import OutboxIntent, TaskStatus
@@ -242,28 +244,31 @@ def _webhook(url: str, intent: dict[str, Any]) -> None:
 
 
 def _notify(intent: dict[str, Any]) -> None:
-    from django.contrib.auth import get_user_model
-
     task = db.fetchdict(SQL.notice_task, [intent["target"]])
     if task is None or task["status"] not in (TaskStatus.OPEN, TaskStatus.COMPLETING):
         return
-    users = get_user_model().objects.filter(is_active=True)
-    if task["assignment_mode"] == "user":
-        users = users.filter(username=task["assignment_value"])
-    else:
-        users = users.filter(groups__name=task["assignment_value"])
-    recipients = sorted({u.email for u in users if u.email})
+    recipients = users.addresses(task["assignment_mode"], task["assignment_value"])
     # an address the mail backend would refuse (stored without the form's validation) is
     # skipped, so one bad account neither fails the notice nor keeps the others from it
     recipients = [r for r in recipients if mail.valid_address(r)]
     if not recipients:
         return
-    link = f"{getattr(settings, 'SITE_URL', '').rstrip('/')}/tasks/{task['id']}/"
+    link = task_link(task["id"])
     reason = (intent["payload"] or {}).get("reason", "opened")
     # the title is rendered from state: a line break in it is folded into the one-line subject
     subject = ("Reminder: " if reason == "reminder" else "New task: ") + mail.fold(task["title"])
     body = f"{task['title']}\n\nOpen the task: {link}\n".replace("\x00", "")
     mail.build(subject, body, recipients).send(fail_silently=False)
+
+
+def task_link(task_id: Any) -> str:
+    """The task page's address for a notice: ``SITE_URL`` and the path the host mounted the
+    approvers' pages at (``workflows:task``); the bare site when the host mounted none."""
+    site = str(getattr(settings, "SITE_URL", "")).rstrip("/")
+    try:
+        return site + reverse("workflows:task", args=[task_id])
+    except NoReverseMatch:
+        return site + "/"
 
 
 def due_intents(limit: int = 100) -> list[int]:

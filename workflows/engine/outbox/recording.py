@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 from uuid import UUID
 
+from workflows import users
 from workflows.engine import db, sql, wakeups
 from workflows.engine.actors import Actor
 from workflows.engine.drive import Drive
@@ -232,13 +233,9 @@ def notify_task(
 
 
 def _recipients(mode: str, value: str) -> Any:
-    """The assignees' active accounts with an email address (a queryset)."""
-    from django.contrib.auth import get_user_model
-
-    users = get_user_model().objects.filter(is_active=True).exclude(email="")
-    if mode == "user":
-        return users.filter(username=value)
-    return users.filter(groups__name=value)
+    """The assignees' active accounts with an email address (a queryset; the host's user
+    model through ``workflows.users``: its ``USERNAME_FIELD`` and ``EMAIL_FIELD``)."""
+    return users.assignees(mode, value).exclude(**{users.email_field(): ""})
 
 
 _RECIPIENT_SQL: dict[str, tuple[str, list[Any], int]] = {}

@@ -19,7 +19,7 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 
 from workflows import conf
 from workflows.definitions.plan import Plan
-from workflows.engine import db, effects, faults, locks, observers, outbox, outcomes, segment
+from workflows.engine import db, effects, faults, locks, observers, outbox, outcomes, pipeline, segment
 from workflows.engine.drive import DeadlineExceeded, DeterministicFailure, InitialisationFailed, StepLimitExceeded
 from workflows.exceptions import DefinitionError, UnknownTypeName, VersionNotRunnable, WorkflowError
 
@@ -756,7 +756,7 @@ def _drain_run(run_id: Any, stop: float) -> int:
     done = 0
     while time.monotonic() < stop:
         started = time.monotonic()
-        if db.COMMITS_IN_PIPELINE and not connection.in_atomic_block:
+        if pipeline.COMMITS_IN_PIPELINE and not connection.in_atomic_block:
             result = _claim_and_execute(run_id, started)
             if result == "IDLE":
                 return done

@@ -17,7 +17,7 @@ from uuid import UUID
 from django.db import DatabaseError, connection
 
 from workflows import conf
-from workflows.engine import db
+from workflows.engine import db, pipeline
 from workflows.exceptions import InstanceNotFound, LockTimeout
 
 RUN_COLUMNS = (
@@ -72,7 +72,7 @@ def lock_run_and_read(run_id: UUID | str, sql: str, params: list[Any]) -> tuple[
     timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
     with _waiting_lock():
         # the read under the same bound (a row of the run, locked after it), then the restore
-        data, row, _ = db.fetchdict_batch(
+        data, row, _ = pipeline.fetchdict_batch(
             [(LOCK_RUN, [f"{int(timeout_ms)}ms", run_id]), (sql, params), (RESTORE_LOCK_TIMEOUT, ())]
         )
     return _locked(data), row
@@ -83,7 +83,7 @@ def lock_run(run_id: UUID | str) -> dict[str, Any]:
     The caller's lock_timeout is back in force once the lock is held (``LOCK_RUN``)."""
     timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
     with _waiting_lock():
-        data, _ = db.fetchdict_batch([(LOCK_RUN, [f"{int(timeout_ms)}ms", run_id]), (RESTORE_LOCK_TIMEOUT, ())])
+        data, _ = pipeline.fetchdict_batch([(LOCK_RUN, [f"{int(timeout_ms)}ms", run_id]), (RESTORE_LOCK_TIMEOUT, ())])
     return _locked(data)
 
 
@@ -103,8 +103,8 @@ def try_lock_run(run_id: UUID | str, *, first: bool = True) -> dict[str, Any] | 
             cur.execute(TRY_LOCK_RUN, [run_id])
             row = cur.fetchone()
             if row is not None:
-                cols, json_columns = db.shape(cur, TRY_LOCK_RUN)
-                row = db.decode_row(row, json_columns)
+                cols, json_columns = pipeline.shape(cur, TRY_LOCK_RUN)
+                row = pipeline.decode_row(row, json_columns)
     except DatabaseError as exc:
         if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
             if first and connection.in_atomic_block:
@@ -160,7 +160,7 @@ def try_lock_run_with_command(
         statements.append((TASK_OF_COMMAND, [command_id]))
         statements.append((teardown.OPEN_THINGS_BESIDE_THE_DECISION, {"r": run_id, "c": command_id}))
     try:
-        rows = db.fetchdict_batch(statements)
+        rows = pipeline.fetchdict_batch(statements)
     except DatabaseError as exc:
         if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
             if connection.in_atomic_block:
@@ -229,7 +229,7 @@ def claim_and_lock(claim_sql: str, claim_params: Any, run_id: Any, token: Any, s
     from workflows.engine import teardown
 
     params = {"r": run_id, "t": token}
-    claim, rows, error = db.committed_then_batch(
+    claim, rows, error = pipeline.committed_then_batch(
         (claim_sql, claim_params),
         [
             (LOCK_WITH_CLAIMED, {**params, "timeout": f"{int(statement_timeout_ms)}ms"}),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workflows import conf
-from workflows.engine import bounds, commands, db, locks, observers, teardown, wakeups
+from workflows.engine import bounds, commands, db, locks, observers, pipeline, teardown, wakeups
 from workflows.engine.actors import NONE, Actor, sanitise
 from workflows.engine.drive import Drive
 from workflows.engine.segment import named
@@ -100,10 +100,10 @@ def _last(
     """A recording's command insert (``before``: statements sent ahead of it in the same round
     trip). When the operation opened the transaction itself and nothing follows (no dedup row
     to point at the command), the COMMIT travels with it."""
-    if not idempotency_key and db.may_commit():
-        return db.fetchone_and_commit(*statement, before=before or ())
+    if not idempotency_key and pipeline.may_commit():
+        return pipeline.fetchone_and_commit(*statement, before=before or ())
     if before:
-        return db.fetch_batch([*before, statement])[-1]
+        return pipeline.fetch_batch([*before, statement])[-1]
     return db.fetchone(*statement, prepared=True)
 
 

@@ -17,34 +17,19 @@ from uuid import UUID
 from django.db import DatabaseError, connection
 
 from workflows import conf
-from workflows.engine import db, pipeline
+from workflows.engine import db, pipeline, rows, sql
 from workflows.exceptions import InstanceNotFound, LockTimeout
+from workflows.models import CommandKind
 
-RUN_COLUMNS = (
-    "id, scope, definition_id, version, plan_hash, start_scope, status, state, state_version, current_step, "
-    "wait, subject_type, subject_id, subject_version, business_key, context, failure_code, failure_message, "
-    "parent_run_id, parent_step, parent_branch, call_depth, compensation, next_seq, open_signals, history_seq, "
-    "cancel_reason, created_at, ended_at, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status"
-)
-
-
-# The bound is set (SET LOCAL) in the scan below the row lock, so it applies to this very
-# wait; the caller's own lock_timeout is kept aside first (left to right in the target list)
-# and RESTORE_LOCK_TIMEOUT, sent in the same round trip right behind, puts it back: the bound
-# is the recording's, never the rest of the caller's transaction's.
-LOCK_RUN = (
-    "SELECT set_config('workflows.caller_lock_timeout', current_setting('lock_timeout'), true) AS _kept, "
-    f"set_config('lock_timeout', %s, true) AS _bound, {RUN_COLUMNS} FROM workflow_runs "
-    "WHERE id = %s FOR NO KEY UPDATE"
-)
-RESTORE_LOCK_TIMEOUT = (
-    # nothing kept (no such run: the bound was never set) leaves lock_timeout alone; the kept
-    # value is cleared, so a later recording of the transaction keeps the caller's value afresh
-    "SELECT set_config('lock_timeout', coalesce(nullif(current_setting('workflows.caller_lock_timeout', true), ''), "
-    "current_setting('lock_timeout')), true) AS lock_timeout, "
-    "set_config('workflows.caller_lock_timeout', '', true) AS _cleared"
-)
-TRY_LOCK_RUN = f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT"
+SQL = sql.load("locks")
+RUN_COLUMNS = rows.RUN_COLUMNS  # (migration's bulk read names the columns through here)
+LOCK_RUN = rows.with_columns(SQL.lock_run)
+RESTORE_LOCK_TIMEOUT = SQL.restore_lock_timeout
+TRY_LOCK_RUN = rows.with_columns(SQL.try_lock_run)
+LOCK_WITH_COMMAND = rows.with_columns(SQL.lock_with_command)
+TASK_OF_COMMAND = SQL.task_of_command
+LOCK_WITH_CLAIMED = rows.with_columns(SQL.lock_with_claimed)
+TASK_OF_CLAIMED = SQL.task_of_claimed
 
 
 @contextmanager
@@ -116,31 +101,6 @@ def try_lock_run(run_id: UUID | str, *, first: bool = True) -> dict[str, Any] | 
     return dict(zip(cols, row, strict=True))
 
 
-FENCED_COMMAND = (
-    "id, run_id, seq, kind, timer_kind, status, payload, target, task_id, timer_id, attempts, recorded_at, "
-    "fire_at, token, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status, reconcile_action"
-)
-
-
-LOCK_WITH_COMMAND = (
-    f"SELECT set_config('statement_timeout', %s, true) AS _deadline, {RUN_COLUMNS}, "
-    f"(SELECT row_to_json(c) FROM (SELECT {FENCED_COMMAND} FROM workflow_commands WHERE id = %s "
-    "AND status = 'CLAIMED' AND token = %s) c) AS _command, "
-    # read under the lock: every command recorded before this segment is seen here, and one
-    # recorded after it finds the lock free again when its own wake-up arrives
-    "EXISTS (SELECT 1 FROM workflow_commands e WHERE e.run_id = workflow_runs.id AND e.id <> %s "
-    "AND e.status IN ('PENDING','DEFERRED') AND e.available_at <= now()) AS _more "
-    "FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT"
-)
-
-
-# The task a COMPLETION reserves, locked after the run (lock order: run, then its tasks).
-TASK_OF_COMMAND = (
-    "SELECT id, step, branch_id, status, reservation_owner FROM workflow_tasks "
-    "WHERE id = (SELECT task_id FROM workflow_commands WHERE id = %s) FOR UPDATE"
-)
-
-
 def try_lock_run_with_command(
     run_id: Any, command_id: int, token: Any, statement_timeout_ms: int, *, with_task: bool = False
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -192,23 +152,6 @@ def _locked_with_command(
     return data, command
 
 
-# The segment's first statements for a command found by its claim token (the claim travels in
-# the same round trip: ``claim_and_lock``). A COMPLETION's task and what the run holds beside
-# it are read as for ``try_lock_run_with_command``; for any other kind both answer nothing.
-CLAIMED = "run_id = %(r)s AND status = 'CLAIMED' AND token = %(t)s"
-LOCK_WITH_CLAIMED = (
-    f"SELECT set_config('statement_timeout', %(timeout)s, true) AS _deadline, {RUN_COLUMNS}, "
-    f"(SELECT row_to_json(c) FROM (SELECT {FENCED_COMMAND} FROM workflow_commands WHERE {CLAIMED}) c) AS _command, "
-    "EXISTS (SELECT 1 FROM workflow_commands e WHERE e.run_id = workflow_runs.id "
-    "AND e.status IN ('PENDING','DEFERRED') AND e.available_at <= now()) AS _more "
-    "FROM workflow_runs WHERE id = %(r)s FOR NO KEY UPDATE NOWAIT"
-)
-TASK_OF_CLAIMED = (
-    "SELECT id, step, branch_id, status, reservation_owner FROM workflow_tasks "
-    f"WHERE id = (SELECT task_id FROM workflow_commands WHERE {CLAIMED} AND kind = 'COMPLETION') FOR UPDATE"
-)
-
-
 class Claimed(NamedTuple):
     """What ``claim_and_lock`` found: the claim statement's row; the run (None when its lock
     was busy) and the claimed command (None when no command holds the token)."""
@@ -243,7 +186,7 @@ def claim_and_lock(claim_sql: str, claim_params: Any, run_id: Any, token: Any, s
             return Claimed(claim, None, None, None)
         return Claimed(claim, None, None, error)
     run, command = _locked_with_command(rows, with_task=True)
-    if command is not None and command["kind"] != "COMPLETION":
+    if command is not None and command["kind"] != CommandKind.COMPLETION:
         command.pop("_task", None)
         command.pop("_open_beside", None)
     return Claimed(claim, run, command, None)

@@ -722,12 +722,5 @@ def _recover_expired() -> list[dict[str, Any]]:
     return expired
 
 
-def earliest_delay_seconds() -> float | None:
-    row = db.fetchone(SQL.earliest_delay)
-    if row is None or row[0] is None:
-        return None
-    return max(0.0, float(row[0]))
-
-
 def queue_counts() -> dict[str, int]:
     return {str(s): int(n) for s, n in db.fetchall(SQL.queue_counts)}

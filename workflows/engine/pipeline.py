@@ -341,7 +341,7 @@ def _transaction_pipeline(raw: Any, taken: list[tuple[str, Params, Answered]] | 
 
 
 def run(cur: Any, sql: str, params: Any) -> None:
-    """Execute on a cursor from ``_cursor``. The first statement of a transaction goes out in
+    """Execute on a cursor from ``statement_cursor``. The first statement of a transaction goes out in
     pipeline mode on a server-binding cursor with the transaction's BEGIN before it: one
     round trip for both."""
     raw = cur.connection

@@ -129,10 +129,6 @@ UPDATE workflow_commands c SET
 FROM expired WHERE c.id = expired.id
 RETURNING c.id, c.run_id, c.kind, c.status
 
--- name: earliest_delay
-SELECT EXTRACT(EPOCH FROM (min(available_at) - now())) FROM workflow_commands
-WHERE status IN ({CommandStatus.PENDING}, {CommandStatus.DEFERRED})
-
 -- name: queue_counts
 -- Only the statuses the partial indexes cover: never a count over every settled command.
 SELECT status, count(*) FROM workflow_commands

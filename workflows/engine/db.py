@@ -18,9 +18,10 @@ from psycopg.types.json import Jsonb, set_json_dumps, set_json_loads
 
 from workflows import jsonvalues
 from workflows.engine import pipeline
+from workflows.engine.pipeline import Params, run
 
-# what the engine's other modules still call through db (their statements, not their travel)
-from workflows.engine.pipeline import Params as Params
+# what modules outside the pipeline's split still call through db (segment, waits, drive,
+# outbox, teardown, nodes.human_task, migration_bulk, tests): they may import pipeline instead
 from workflows.engine.pipeline import defer as defer
 from workflows.engine.pipeline import deferring as deferring
 from workflows.engine.pipeline import deferring_now as deferring_now
@@ -29,14 +30,13 @@ from workflows.engine.pipeline import fetch_batch as fetch_batch
 from workflows.engine.pipeline import fetchdict_batch as fetchdict_batch
 from workflows.engine.pipeline import fetchone_and_commit as fetchone_and_commit
 from workflows.engine.pipeline import ignore_answer as ignore_answer
-from workflows.engine.pipeline import run as run
 from workflows.exceptions import InvalidPayload, LockTimeout, PersistenceError, Violation
 
 LOCK_NOT_AVAILABLE = "55P03"
 DEADLOCK = "40P01"
 SERIALIZATION = "40001"
 QUERY_CANCELED = "57014"
-_cursor = pipeline.statement_cursor  # Django's cursor, or the server-binding one (``prepared``)
+_cursor = pipeline.statement_cursor  # Django's cursor, or the server-binding one (``prepared``; teardown too)
 
 
 def dumps(value: Any) -> str:

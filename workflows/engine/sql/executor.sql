@@ -60,16 +60,19 @@ LEFT JOIN u ON true
 SELECT {command_columns} FROM workflow_commands c WHERE c.id = %s AND {@runnable} AND {@head_rule} FOR UPDATE
 
 -- name: claim
+-- The full claim: spend an attempt, take the token and a database-timed lease.
 UPDATE workflow_commands SET status = {CommandStatus.CLAIMED}, attempts = attempts + 1, token = %s,
   claimed_by = %s, lease_until = now() + make_interval(secs => %s)
 WHERE id = %s
 
 -- name: settle_at_claim
+-- A head the full claim found rejected, stale or cancelled: settled there.
 UPDATE workflow_commands SET status = %s, last_error = %s, settled_at = now(), token = NULL,
   lease_until = NULL
 WHERE id = %s
 
 -- name: dead_letter
+-- A head whose attempts are spent.
 UPDATE workflow_commands SET status = {CommandStatus.DEAD}, settled_at = now(), token = NULL,
   lease_until = NULL, last_error = %s
 WHERE id = %s
@@ -88,6 +91,7 @@ UPDATE workflow_commands SET status = {CommandStatus.PENDING}, attempts = greate
 WHERE id = %s AND status = {CommandStatus.CLAIMED} AND token = %s
 
 -- name: retry_transient
+-- A transient failure: the attempt given back, the command due again after a backoff.
 UPDATE workflow_commands SET status = {CommandStatus.PENDING}, attempts = greatest(attempts - 1, 0),
   transient_count = transient_count + 1, token = NULL, lease_until = NULL, claimed_by = '', last_error = %s,
   available_at = now() + make_interval(secs => least(%s, %s * power(2, transient_count)) / 1000.0)
@@ -95,6 +99,7 @@ WHERE id = %s AND status = {CommandStatus.CLAIMED} AND token = %s
 RETURNING transient_count
 
 -- name: outcome_unknown
+-- A failure after the command's effect started: an operator reconciles it.
 UPDATE workflow_commands SET status = {CommandStatus.OUTCOME_UNKNOWN}, token = NULL, lease_until = NULL,
   last_error = 'OUTCOME_UNKNOWN: interrupted after its effect started; reconcile it'
 WHERE id = %s AND status = {CommandStatus.CLAIMED} AND token = %s
@@ -105,9 +110,11 @@ SELECT {command_columns} FROM workflow_commands WHERE id = %s AND status = {Comm
   AND token = %s FOR UPDATE
 
 -- name: fail_timer
+-- The timer of a TIMER command that failed its run.
 UPDATE workflow_timers SET status = {Timer.Status.FAILED} WHERE id = %s
 
 -- name: fail_command
+-- A command that failed deterministically.
 UPDATE workflow_commands SET status = {CommandStatus.FAILED}, last_error = %s, token = NULL,
   lease_until = NULL, settled_at = now()
 WHERE id = %s

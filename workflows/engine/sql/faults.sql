@@ -1,6 +1,7 @@
 -- The segment log (SWITCHYARD_SEGMENT_LOG): one row per segment, for the reliability checks.
 
 -- name: segment_started
+-- Open the segment's log row.
 INSERT INTO workflow_segment_log (run_id, command_id, token, executor_id, started_at, outcome, claim_current)
 VALUES (%s, %s, %s, %s, clock_timestamp(), '', false) RETURNING id
 

@@ -18,6 +18,7 @@ SELECT set_config('lock_timeout', coalesce(nullif(current_setting('workflows.cal
   set_config('workflows.caller_lock_timeout', '', true) AS _cleared
 
 -- name: try_lock_run
+-- The run, locked only if the lock is free (executor paths never wait).
 SELECT {run_columns} FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT
 
 -- name: lock_with_command
@@ -50,5 +51,6 @@ SELECT set_config('statement_timeout', %(timeout)s, true) AS _deadline, {run_col
 FROM workflow_runs WHERE id = %(r)s FOR NO KEY UPDATE NOWAIT
 
 -- name: task_of_claimed
+-- task_of_command for a COMPLETION found by its claim token.
 SELECT id, step, branch_id, status, reservation_owner FROM workflow_tasks
 WHERE id = (SELECT task_id FROM workflow_commands WHERE {@claimed} AND kind = {CommandKind.COMPLETION}) FOR UPDATE

@@ -1,12 +1,15 @@
 -- Operator repairs: reconciling an OUTCOME_UNKNOWN command, the moved-on check of a confirmed cancel.
 
 -- name: command_run
+-- The command's run (to lock it first).
 SELECT id, run_id FROM workflow_commands WHERE id = %s
 
 -- name: command_locked
+-- The command, locked after its run.
 SELECT id, run_id, kind, seq, status, target FROM workflow_commands WHERE id = %s FOR UPDATE
 
 -- name: last_marker
+-- The step of the command's latest effect marker.
 SELECT step FROM workflow_effect_markers WHERE command_id = %s ORDER BY started_at DESC, id DESC LIMIT 1
 
 -- name: requeue

@@ -2,10 +2,12 @@
 -- migration requests, in the caller's transaction.
 
 -- name: dedup_find
+-- The request recorded under an idempotency key.
 SELECT fingerprint, run_id, command_id, result FROM workflow_dedup
 WHERE kind = %s AND scope = %s AND key = %s
 
 -- name: dedup_claim
+-- Claim an idempotency key; no row when another request holds it.
 INSERT INTO workflow_dedup (kind, scope, key, fingerprint, run_id, command_id, created_at)
 VALUES (%s,%s,%s,%s,%s,%s,now()) ON CONFLICT (kind, scope, key) DO NOTHING RETURNING id
 
@@ -14,6 +16,7 @@ VALUES (%s,%s,%s,%s,%s,%s,now()) ON CONFLICT (kind, scope, key) DO NOTHING RETUR
 UPDATE workflow_dedup SET command_id = %s WHERE kind = %s AND scope = %s AND key = %s
 
 -- name: replayed_command
+-- The command a replayed request recorded.
 SELECT id, run_id, kind, status, seq FROM workflow_commands WHERE id = %s
 
 -- name: start_admission
@@ -42,24 +45,30 @@ SELECT c.id, c.recorded_at, c.available_at, c.fire_at, (SELECT status FROM admit
 FROM (SELECT 1) AS one LEFT JOIN c ON true
 
 -- name: pinned_version
+-- The version a run is pinned to.
 SELECT version FROM workflow_runs WHERE id = %s
 
 -- name: declared_signals
+-- The signal names a version declares.
 SELECT signal_names, contract_signals FROM workflow_definitions
 WHERE scope = %s AND definition_id = %s AND version = %s
 
 -- name: run_for_signal
+-- The run a signal is sent to (read before the lock).
 SELECT id, scope, definition_id, version, status FROM workflow_runs WHERE id = %s
 
 -- name: raise_open_signals
+-- Count one more open signal, within the run's limit.
 UPDATE workflow_runs SET open_signals = open_signals + 1 WHERE id = %s AND open_signals < %s
 RETURNING open_signals
 
 -- name: task_for_completion
+-- The task a completion decides (read before the lock).
 SELECT id, run_id, status, decisions, assignment_mode, assignment_value, require_version_stability
 FROM workflow_tasks WHERE id = %s
 
 -- name: task_for_completion_locked
+-- The same task, locked after its run.
 {@task_for_completion} FOR UPDATE
 
 -- name: reserve_task
@@ -68,15 +77,19 @@ t AS (UPDATE workflow_tasks SET status = {TaskStatus.COMPLETING}, reservation_ow
   updated_at = now() WHERE id = %s AND status = {TaskStatus.OPEN})
 
 -- name: run_of_task
+-- The run of a task to reassign (read before the lock).
 SELECT id, run_id FROM workflow_tasks WHERE id = %s
 
 -- name: task_to_reassign
+-- The task, locked after its run.
 SELECT id, step, status, branch_id FROM workflow_tasks WHERE id = %s FOR UPDATE
 
 -- name: reassign_task
+-- The task's new assignment.
 UPDATE workflow_tasks SET assignment_mode = %s, assignment_value = %s, updated_at = now() WHERE id = %s
 
 -- name: has_dead
+-- Whether the run has a dead command to retry.
 SELECT 1 FROM workflow_commands WHERE run_id = %s AND status = {CommandStatus.DEAD} LIMIT 1
 
 -- name: unsettled
@@ -84,9 +97,11 @@ SELECT 1 FROM workflow_commands WHERE run_id = %s AND status = {CommandStatus.DE
 status IN ({CommandStatus.PENDING}, {CommandStatus.DEFERRED}, {CommandStatus.CLAIMED})
 
 -- name: pending_retry
+-- A RETRY the run has not settled yet (a repeated retry answers it).
 SELECT id, kind, status, seq FROM workflow_commands WHERE run_id = %s AND kind = {CommandKind.RETRY}
   AND {@unsettled} ORDER BY seq LIMIT 1
 
 -- name: pending_migration
+-- A MIGRATION the run has not settled yet.
 SELECT id, status, seq, target FROM workflow_commands WHERE run_id = %s AND kind = {CommandKind.MIGRATION}
   AND {@unsettled} ORDER BY seq LIMIT 1

@@ -120,18 +120,18 @@ def run(args: argparse.Namespace) -> None:
 
     counts: collections.Counter[str] = collections.Counter()
     opening: collections.Counter[str] = collections.Counter()
-    began = [False]  # the engine just queued a BEGIN (db._begin)
-    from workflows.engine import db as engine_db
+    began = [False]  # the engine just queued a BEGIN (pipeline._begin)
+    from workflows.engine import pipeline as engine_pipeline
 
-    original_begin = engine_db._begin
+    original_begin = engine_pipeline._begin
 
     def noting_begin(raw: Any) -> None:
         began[0] = not raw.autocommit and raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         original_begin(raw)
 
-    engine_db._begin = noting_begin  # type: ignore[assignment]
+    engine_pipeline._begin = noting_begin  # type: ignore[assignment]
     original = psycopg.Cursor.execute
-    original_queue = engine_db._queue  # a statement queued in a pipeline (not through execute)
+    original_queue = engine_pipeline._queue  # a statement queued in a pipeline (not through execute)
 
     def counting(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
         note(self, query)
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> None:
     pg0 = sum(backend.cpu_times()[:2])
     profile = cProfile.Profile(time.process_time) if args.profile else None
     psycopg.Cursor.execute = counting  # type: ignore[method-assign]
-    engine_db._queue = counting_queue  # type: ignore[assignment]
+    engine_pipeline._queue = counting_queue  # type: ignore[assignment]
     c0, t0 = time.process_time(), time.perf_counter()
     if profile:
         profile.enable()
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> None:
         profile.disable()
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
     psycopg.Cursor.execute = original  # type: ignore[method-assign]
-    engine_db._queue = original_queue  # type: ignore[assignment]
+    engine_pipeline._queue = original_queue  # type: ignore[assignment]
     pg = sum(backend.cpu_times()[:2]) - pg0
     if stats_log is not None:
         with connection.cursor() as cur:

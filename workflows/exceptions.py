@@ -7,7 +7,7 @@ signal name or a field pointer, but never a submitted value, exception text or c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -178,13 +178,6 @@ class Deprecated(LifecycleError):
 class PinnedInstances(LifecycleError):
     code = "PINNED_INSTANCES"
     title = "Live runs are pinned to this version"
-
-
-@dataclass
-class ErrorBody:
-    code: str
-    message: str
-    violations: list[dict[str, Any]] = field(default_factory=list)
 
 
 # --- definitions: additions ---------------------------------------------------------------

@@ -26,24 +26,26 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from workflows.models import LIVE_STATUSES, CommandKind, CommandStatus, RunStatus
+
 log = logging.getLogger("workflows.metrics")
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 REGISTRY = CollectorRegistry(auto_describe=True)
 
-KINDS = ("START", "SIGNAL", "COMPLETION", "TIMER", "RETRY", "MIGRATION", "RESUME")
+KINDS = tuple(kind.value for kind in CommandKind)
 # REQUEUE: a due date or reminder held back behind a completion went back to the queue
 OUTCOMES = (
-    "COMPLETE",
-    "PARKED",
-    "REJECTED",
-    "STALE",
-    "FAILED",
-    "DEAD",
-    "CANCELLED",
-    "OUTCOME_UNKNOWN",
+    CommandStatus.COMPLETE.value,
+    CommandStatus.PARKED.value,
+    CommandStatus.REJECTED.value,
+    CommandStatus.STALE.value,
+    CommandStatus.FAILED.value,
+    CommandStatus.DEAD.value,
+    CommandStatus.CANCELLED.value,
+    CommandStatus.OUTCOME_UNKNOWN.value,
     "REQUEUE",
-    "SUPERSEDED",
+    CommandStatus.SUPERSEDED.value,
 )
 # a segment runs from milliseconds (a decision) to the lease (30 s by default)
 SEGMENT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
@@ -173,11 +175,11 @@ def _gauges(snapshot: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
         labels=["status"],
     )
     for label, key in (
-        ("PENDING", "pending"),
-        ("SCHEDULED", "scheduled"),
-        ("DEFERRED", "deferred"),
-        ("CLAIMED", "claimed"),
-        ("PARKED", "parked"),
+        (CommandStatus.PENDING.value, "pending"),
+        ("SCHEDULED", "scheduled"),  # PENDING, not yet due
+        (CommandStatus.DEFERRED.value, "deferred"),
+        (CommandStatus.CLAIMED.value, "claimed"),
+        (CommandStatus.PARKED.value, "parked"),
     ):
         depth.add_metric([label], int(queue[key]))
     yield depth
@@ -201,7 +203,7 @@ def _gauges(snapshot: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
     runs = GaugeMetricFamily(
         "switchyard_runs", "Runs that have not ended, by status (FAILED waits for a retry).", labels=["status"]
     )
-    for status in ("PENDING", "RUNNING", "WAITING", "COMPENSATING", "FAILED"):
+    for status in (*(live.value for live in LIVE_STATUSES), RunStatus.FAILED.value):
         runs.add_metric([status], snapshot["runs"].get(status, 0))
     yield runs
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 
-from workflows.engine import actors, db, probe, recording
+from workflows.engine import actors, db, pipeline, probe, recording
 from workflows.engine.probe import IdleReport
 from workflows.engine.recording import Recorded
 
@@ -35,7 +35,7 @@ __all__ = [
 
 def _tx(operation: str, fn: Any, **kwargs: Any) -> Any:
     try:
-        with transaction.atomic(), db.owned_transaction():
+        with transaction.atomic(), pipeline.owned_transaction():
             return fn(**kwargs)
     except DatabaseError as exc:
         raise db.map_database_error(exc, operation) from None

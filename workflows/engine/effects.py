@@ -15,6 +15,8 @@ from typing import Any
 import psycopg
 from django.db import connection
 
+from workflows.engine import sql
+
 _local = threading.local()
 _opened: list[psycopg.Connection[Any]] = []
 
@@ -45,8 +47,7 @@ def mark_started(*, command_id: int, run_id: Any, token: Any, step: str) -> None
     conn = _second_connection()
     try:
         conn.execute(
-            "INSERT INTO workflow_effect_markers (command_id, run_id, token, step, started_at) "
-            "VALUES (%s, %s, %s, %s, now())",
+            sql.load("effects").mark_started,
             [command_id, run_id, token, step],
         )
     except psycopg.OperationalError:
@@ -57,7 +58,4 @@ def mark_started(*, command_id: int, run_id: Any, token: Any, step: str) -> None
 def has_marker(command_id: int, token: Any) -> bool:
     from workflows.engine import db
 
-    row = db.fetchone(
-        "SELECT 1 FROM workflow_effect_markers WHERE command_id = %s AND token = %s LIMIT 1", [command_id, token]
-    )
-    return row is not None
+    return db.fetchone(sql.load("effects").has_marker, [command_id, token]) is not None

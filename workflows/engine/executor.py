@@ -19,32 +19,18 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 
 from workflows import conf
 from workflows.definitions.plan import Plan
-from workflows.engine import db, effects, faults, locks, observers, outbox, outcomes, segment
+from workflows.engine import db, effects, faults, locks, observers, outbox, outcomes, pipeline, rows, segment, sql
 from workflows.engine.drive import DeadlineExceeded, DeterministicFailure, InitialisationFailed, StepLimitExceeded
 from workflows.exceptions import DefinitionError, UnknownTypeName, VersionNotRunnable, WorkflowError
+from workflows.models import ENDED_STATUSES, LIVE_STATUSES, CommandKind, CommandStatus, RunStatus
 
 log = logging.getLogger("workflows.engine")
 
 NODE_ID = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
 
-# A command is a head when no earlier unsettled command of its run blocks it. Due dates and
-# reminders of a task that is COMPLETING are held back and block nothing.
-HELD = (
-    "({a}.kind = 'TIMER' AND {a}.timer_kind IN ('DUE','REMINDER') AND EXISTS (SELECT 1 FROM workflow_tasks t "
-    "WHERE t.id = {a}.task_id AND t.status = 'COMPLETING'))"
-)
-HEAD_RULE = (
-    "NOT EXISTS (SELECT 1 FROM workflow_commands e WHERE e.run_id = c.run_id "
-    "AND e.status IN ('PENDING','DEFERRED','CLAIMED') AND (e.order_at, e.seq) < (c.order_at, c.seq) "
-    f"AND NOT {HELD.format(a='e')}) AND NOT {HELD.format(a='c')}"
-)
-PEEK = (
-    "SELECT c.id, c.run_id, c.kind, c.target, r.scope, r.definition_id, r.version, r.plan_hash, r.status AS run_status "
-    "FROM workflow_commands c JOIN workflow_runs r ON r.id = c.run_id "
-    "WHERE c.status IN ('PENDING','DEFERRED') AND c.available_at <= now() {run_filter} AND "
-    + HEAD_RULE
-    + " ORDER BY c.available_at, c.id LIMIT %s"
-)
+SQL = sql.load("executor")
+_HEAD_FOR_CLAIM = rows.with_columns(SQL.head_for_claim)
+_CLAIMED_COMMAND = rows.with_columns(SQL.claimed_command)
 
 
 @dataclass
@@ -71,15 +57,17 @@ def peek(limit: int, run_id: Any = None, *, min_age_seconds: float = 0.0) -> lis
     """Claimable heads (of one run, or of all). ``min_age_seconds``: only heads available at
     least that long (the sweep leaves fresh ones to the wake-ups already on their way)."""
     if run_id is not None:
-        rows = db.fetchdicts(PEEK.format(run_filter="AND c.run_id = %s"), [run_id, limit], prepared=True)
+        found = db.fetchdicts(_PEEK_RUN, [run_id, limit], prepared=True)
     elif min_age_seconds > 0:
-        rows = db.fetchdicts(
-            PEEK.format(run_filter="AND c.available_at <= now() - make_interval(secs => %s)"),
-            [min_age_seconds, limit],
-        )
+        found = db.fetchdicts(_PEEK_AGED, [min_age_seconds, limit])
     else:
-        rows = db.fetchdicts(PEEK.format(run_filter=""), [limit])
-    return [Head(**r) for r in rows]
+        found = db.fetchdicts(_PEEK_ALL, [limit])
+    return [Head(**r) for r in found]
+
+
+_PEEK_RUN = SQL.peek.format(run_filter="AND c.run_id = %s")
+_PEEK_AGED = SQL.peek.format(run_filter="AND c.available_at <= now() - make_interval(secs => %s)")
+_PEEK_ALL = SQL.peek.format(run_filter="")
 
 
 def _plan_for(head: Head) -> Plan | None:
@@ -96,7 +84,7 @@ def _plan_for(head: Head) -> Plan | None:
         _judged(head, NAME_BINDING_UNRESOLVED if error.code == UnknownTypeName.code else None, deferred=True)
         return None
     _judged(head, None, deferred=False)
-    if head.kind == "MIGRATION" and not _target_resident(head):
+    if head.kind == CommandKind.MIGRATION and not _target_resident(head):
         return None
     return plan
 
@@ -166,51 +154,22 @@ def _target_resident(head: Head) -> bool:
 # happened (the command is still PENDING, no attempt spent). The set_config sits in the run's
 # CTE, so it applies only when the statement is its own transaction (see ``_claim_statement``).
 ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true)"
-CLAIM_FAST = (
-    "WITH r AS (SELECT id, {async_commit} FROM workflow_runs WHERE id = %s AND status IN ('PENDING','RUNNING',"
-    "'WAITING','COMPENSATING') FOR NO KEY UPDATE NOWAIT) "
-    "UPDATE workflow_commands c SET status = 'CLAIMED', attempts = c.attempts + 1, token = %s, claimed_by = %s, "
-    "lease_until = now() + make_interval(secs => %s) FROM r WHERE c.id = %s AND c.run_id = r.id "
-    "AND c.status IN ('PENDING','DEFERRED') AND c.available_at <= now() AND c.attempts < %s AND "
-    + HEAD_RULE
-    + " RETURNING c.id"
-)
-# A wake-up names a run: try-lock it, pick its head and claim it in one statement, which also
-# answers the run's pin (for the plan).
-# It also writes the delivered marks this process carries (``outbox.take_marks``, through
-# ``workflow_outbox_delivered``: migration 0010): the query reads that CTE first, so the marks
-# are written whatever the claim finds, and fail with the statement.
-CLAIM_RUN_HEAD = (
-    "WITH m AS (SELECT CASE WHEN cardinality(%(mark_ids)s::bigint[]) > 0 THEN "
-    "workflow_outbox_delivered(%(mark_ids)s::bigint[], %(mark_tokens)s::uuid[]) END AS marked), "
-    "s AS (SELECT status FROM workflow_runs WHERE id = %(run)s), "
-    "r AS (SELECT id, scope, definition_id, version, plan_hash, status, {async_commit} FROM workflow_runs "
-    "WHERE id = %(run)s AND status IN ('PENDING','RUNNING','WAITING','COMPENSATING') FOR NO KEY UPDATE NOWAIT), "
-    "h AS (SELECT c.id, c.attempts FROM workflow_commands c JOIN r ON r.id = c.run_id "
-    "WHERE c.status IN ('PENDING','DEFERRED') AND c.available_at <= now() AND "
-    + HEAD_RULE
-    + " ORDER BY c.order_at, c.seq LIMIT 1), "
-    "u AS (UPDATE workflow_commands c SET status = 'CLAIMED', attempts = c.attempts + 1, token = %(token)s, "
-    "claimed_by = %(by)s, lease_until = now() + make_interval(secs => %(lease)s) FROM r, h "
-    "WHERE c.id = h.id AND h.attempts < %(max)s "
-    "RETURNING c.id, c.run_id, c.kind, c.target, r.scope, r.definition_id, r.version, r.plan_hash, "
-    "r.status AS run_status) "
-    # one row whatever happened: the claim, or why there is none (nothing runnable now, or a
-    # case for the full path: an ended or failed run, a head whose attempts are spent)
-    "SELECT s.status AS status_now, (SELECT count(*) FROM h) AS heads, u.* FROM m LEFT JOIN s ON true "
-    "LEFT JOIN u ON true"
-)
-LIVE = ("PENDING", "RUNNING", "WAITING", "COMPENSATING")
+# A wake-up names a run: CLAIM_RUN_HEAD try-locks it, picks its head and claims it in one
+# statement, which also answers the run's pin (for the plan). It also writes the delivered
+# marks this process carries (``outbox.take_marks``, through ``workflow_outbox_delivered``:
+# migration 0010), and fails with them.
+CLAIM_FAST = SQL.claim_fast
+CLAIM_RUN_HEAD = SQL.claim_run_head
 
 
-def _claim_statement(sql: str, params: Any) -> dict[str, Any] | None:
+def _claim_statement(statement: str, params: Any) -> dict[str, Any] | None:
     """A one-statement claim: its own transaction when none is open (one round trip, an
     asynchronous commit); inside a caller's transaction a savepoint keeps a busy lock from
     aborting it. Raises ``DatabaseError`` (a busy run gives LOCK_NOT_AVAILABLE)."""
     if connection.in_atomic_block:
         with transaction.atomic():
-            return db.fetchdict(sql.format(async_commit="NULL"), params, prepared=True)
-    return db.fetchdict(sql.format(async_commit=ASYNC_COMMIT), params, prepared=True)
+            return db.fetchdict(statement.format(async_commit="NULL"), params, prepared=True)
+    return db.fetchdict(statement.format(async_commit=ASYNC_COMMIT), params, prepared=True)
 
 
 def claim(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | None:
@@ -237,11 +196,7 @@ def _claim_slow(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | N
         run = locks.try_lock_run(head.run_id)
         if run is None:
             return None
-        cmd = db.fetchdict(
-            f"SELECT {segment.COMMAND_COLUMNS} FROM workflow_commands c WHERE c.id = %s "
-            "AND c.status IN ('PENDING','DEFERRED') AND c.available_at <= now() AND " + HEAD_RULE + " FOR UPDATE",
-            [head.id],
-        )
+        cmd = db.fetchdict(_HEAD_FOR_CLAIM, [head.id])
         if cmd is None:
             return None
         decision = segment.outcome_of(run, cmd)
@@ -252,11 +207,7 @@ def _claim_slow(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | N
             _dead_letter(run, cmd)
             return None
         token = uuid.uuid4()
-        db.execute(
-            "UPDATE workflow_commands SET status = 'CLAIMED', attempts = attempts + 1, token = %s, claimed_by = %s, "
-            "lease_until = now() + make_interval(secs => %s) WHERE id = %s",
-            [token, executor_id(), lease_seconds, cmd["id"]],
-        )
+        db.execute(SQL.claim, [token, executor_id(), lease_seconds, cmd["id"]])
         return token
 
 
@@ -266,11 +217,7 @@ def _settle_at_claim(run: dict[str, Any], cmd: dict[str, Any], decision: str) ->
     drive = Drive.for_run(run, None, segment.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
     settle = segment.settle_by_outcome(drive, cmd, decision)
     drive.save()
-    db.execute(
-        "UPDATE workflow_commands SET status = %s, last_error = %s, settled_at = now(), token = NULL, "
-        "lease_until = NULL WHERE id = %s",
-        [settle.status, settle.reason, cmd["id"]],
-    )
+    db.execute(SQL.settle_at_claim, [settle.status, settle.reason, cmd["id"]])
     settled(run["id"], cmd["id"], cmd["kind"], settle.status)
 
 
@@ -279,20 +226,16 @@ def _dead_letter(run: dict[str, Any], cmd: dict[str, Any]) -> None:
 
     drive = Drive.for_run(run, None, segment.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
     drive.history.add("COMMAND_DEAD", command_id=cmd["id"], actor=drive.actor, outcome="MAX_ATTEMPTS")
-    if cmd["kind"] == "SIGNAL":
+    if cmd["kind"] == CommandKind.SIGNAL:
         drive.run["open_signals"] = max(0, int(run["open_signals"]) - 1)
-    if cmd["kind"] == "START" and run["status"] == "PENDING":
-        run["status"] = "FAILED"
+    if cmd["kind"] == CommandKind.START and run["status"] == RunStatus.PENDING:
+        run["status"] = RunStatus.FAILED
         run["failure_code"] = "MAX_ATTEMPTS"
         run["failure_message"] = "MAX_ATTEMPTS: the start failed on every attempt"
         drive.history.add("WORKFLOW_FAILED", command_id=cmd["id"], actor=drive.actor, outcome="MAX_ATTEMPTS")
     drive.save()
-    db.execute(
-        "UPDATE workflow_commands SET status = 'DEAD', settled_at = now(), token = NULL, lease_until = NULL, "
-        "last_error = %s WHERE id = %s",
-        [f"MAX_ATTEMPTS: {cmd['attempts']} attempts spent", cmd["id"]],
-    )
-    settled(run["id"], cmd["id"], cmd["kind"], "DEAD")
+    db.execute(SQL.dead_letter, [f"MAX_ATTEMPTS: {cmd['attempts']} attempts spent", cmd["id"]])
+    settled(run["id"], cmd["id"], cmd["kind"], CommandStatus.DEAD)
 
 
 def defer(head: Head) -> int:
@@ -306,13 +249,7 @@ def defer(head: Head) -> int:
             head.plan_hash,
         ):
             return 0
-        row = db.fetchone(
-            "UPDATE workflow_commands c SET status = 'DEFERRED', deferral_count = deferral_count + 1, "
-            "available_at = now() + make_interval(secs => least(300, 5 * power(2, deferral_count))) "
-            "WHERE c.id = %s AND c.status IN ('PENDING','DEFERRED') AND c.available_at <= now() "
-            "RETURNING deferral_count, kind, seq",
-            [head.id],
-        )
+        row = db.fetchone(SQL.defer, [head.id])
         if row is None:
             return 0
         count = int(row[0])
@@ -339,11 +276,7 @@ def defer(head: Head) -> int:
 
 def _release(command_id: int, token: Any) -> None:
     """Return a claim whose segment did not run (busy lock) with its attempt restored."""
-    db.execute(
-        "UPDATE workflow_commands SET status = 'PENDING', attempts = greatest(attempts - 1, 0), token = NULL, "
-        "lease_until = NULL, claimed_by = '' WHERE id = %s AND status = 'CLAIMED' AND token = %s",
-        [command_id, token],
-    )
+    db.execute(SQL.release, [command_id, token])
 
 
 def _retry_transient(head: Head, token: Any, reason: str) -> None:
@@ -352,10 +285,7 @@ def _retry_transient(head: Head, token: Any, reason: str) -> None:
         _outcome_unknown(head, token)
         return
     row = db.fetchone(
-        "UPDATE workflow_commands SET status = 'PENDING', attempts = greatest(attempts - 1, 0), "
-        "transient_count = transient_count + 1, token = NULL, lease_until = NULL, claimed_by = '', last_error = %s, "
-        "available_at = now() + make_interval(secs => least(%s, %s * power(2, transient_count)) / 1000.0) "
-        "WHERE id = %s AND status = 'CLAIMED' AND token = %s RETURNING transient_count",
+        SQL.retry_transient,
         [reason[:4000], settings.TRANSIENT_BACKOFF_MAX_MS, settings.TRANSIENT_BACKOFF_BASE_MS, head.id, token],
     )
     if row:
@@ -363,14 +293,8 @@ def _retry_transient(head: Head, token: Any, reason: str) -> None:
 
 
 def _outcome_unknown(head: Head, token: Any) -> None:
-    updated = db.execute(
-        "UPDATE workflow_commands SET status = 'OUTCOME_UNKNOWN', token = NULL, lease_until = NULL, "
-        "last_error = 'OUTCOME_UNKNOWN: interrupted after its effect started; reconcile it' "
-        "WHERE id = %s AND status = 'CLAIMED' AND token = %s",
-        [head.id, token],
-    )
-    if updated:
-        settled(head.run_id, head.id, head.kind, "OUTCOME_UNKNOWN")
+    if db.execute(SQL.outcome_unknown, [head.id, token]):
+        settled(head.run_id, head.id, head.kind, CommandStatus.OUTCOME_UNKNOWN)
 
 
 def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: float) -> None:
@@ -382,11 +306,7 @@ def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: fl
         with transaction.atomic():
             run = locks.try_lock_run(head.run_id)
             if run is not None:
-                cmd = db.fetchdict(
-                    f"SELECT {segment.COMMAND_COLUMNS} FROM workflow_commands WHERE id = %s AND status = 'CLAIMED' "
-                    "AND token = %s FOR UPDATE",
-                    [head.id, token],
-                )
+                cmd = db.fetchdict(_CLAIMED_COMMAND, [head.id, token])
                 if cmd is None:
                     return
                 if effects.has_marker(head.id, token):
@@ -396,13 +316,13 @@ def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: fl
                 drive.history.add(
                     "COMMAND_FAILED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":", 1)[0]
                 )
-                fails_run = step_limit or cmd["kind"] in ("START", "RETRY", "TIMER")
-                if cmd["kind"] in ("COMPLETION",) and cmd.get("task_id"):
+                fails_run = step_limit or cmd["kind"] in (CommandKind.START, CommandKind.RETRY, CommandKind.TIMER)
+                if cmd["kind"] == CommandKind.COMPLETION and cmd.get("task_id"):
                     segment._reopen(cmd)
-                if cmd["kind"] == "SIGNAL":
+                if cmd["kind"] == CommandKind.SIGNAL:
                     run["open_signals"] = max(0, int(run["open_signals"]) - 1)
-                if fails_run and run["status"] not in ("COMPLETED", "CANCELLED", "COMPENSATED", "EXPIRED"):
-                    run["status"] = "FAILED"
+                if fails_run and run["status"] not in ENDED_STATUSES:
+                    run["status"] = RunStatus.FAILED
                     run["failure_code"] = reason.split(":", 1)[0][:64]
                     run["failure_message"] = reason[:4000]
                     drive.history.add(
@@ -415,16 +335,11 @@ def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: fl
                     drive.history.add(
                         "WORKFLOW_FAILED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":", 1)[0]
                     )
-                    if cmd["kind"] == "TIMER" and cmd.get("timer_id"):
-                        db.execute("UPDATE workflow_timers SET status = 'FAILED' WHERE id = %s", [cmd["timer_id"]])
+                    if cmd["kind"] == CommandKind.TIMER and cmd.get("timer_id"):
+                        db.execute(SQL.fail_timer, [cmd["timer_id"]])
                 drive.save()
-                db.execute(
-                    "UPDATE workflow_commands SET status = 'FAILED', last_error = %s, token = NULL, "
-                    "lease_until = NULL, "
-                    "settled_at = now() WHERE id = %s",
-                    [reason[:4000], cmd["id"]],
-                )
-                settled(head.run_id, head.id, head.kind, "FAILED")
+                db.execute(SQL.fail_command, [reason[:4000], cmd["id"]])
+                settled(head.run_id, head.id, head.kind, CommandStatus.FAILED)
                 return
         if time.monotonic() > deadline + margin * 0.9:
             _release(head.id, token)
@@ -440,7 +355,7 @@ def process(head: Head) -> str:
     """Claim and run one head. Answers what happened (for logs and tests)."""
     settings = conf.get().EXECUTOR
     plan: Plan | None = None
-    if head.run_status not in ("COMPLETED", "CANCELLED", "COMPENSATED", "EXPIRED"):
+    if head.run_status not in ENDED_STATUSES:
         plan = _plan_for(head)
         if plan is None:
             defer(head)
@@ -586,7 +501,7 @@ def _recover_due() -> list[Any]:
     now = time.monotonic()
     if now - _last_recovery >= RECOVER_EVERY_SECONDS:
         _last_recovery = now
-        return [r["run_id"] for r in _recover_expired() if r["status"] == "PENDING"]
+        return [r["run_id"] for r in _recover_expired() if r["status"] == CommandStatus.PENDING]
     return []
 
 
@@ -657,7 +572,7 @@ def _claimed_head(row: dict[str, Any] | None) -> Head | str:
     status_now, heads = row.pop("status_now"), row.pop("heads")
     if row["id"] is not None:
         return Head(**row)
-    if status_now in LIVE and not heads:
+    if status_now in LIVE_STATUSES and not heads:
         return "IDLE"
     return "FULL_PATH"
 
@@ -756,7 +671,7 @@ def _drain_run(run_id: Any, stop: float) -> int:
     done = 0
     while time.monotonic() < stop:
         started = time.monotonic()
-        if db.COMMITS_IN_PIPELINE and not connection.in_atomic_block:
+        if pipeline.COMMITS_IN_PIPELINE and not connection.in_atomic_block:
             result = _claim_and_execute(run_id, started)
             if result == "IDLE":
                 return done
@@ -797,40 +712,15 @@ def recover_expired_runs() -> list[Any]:
     (no wake-up names them: the caller runs them)."""
     global _last_recovery
     _last_recovery = time.monotonic()  # the drain that follows need not look again
-    return [r["run_id"] for r in _recover_expired() if r["status"] == "PENDING"]
+    return [r["run_id"] for r in _recover_expired() if r["status"] == CommandStatus.PENDING]
 
 
 def _recover_expired() -> list[dict[str, Any]]:
-    rows = db.fetchdicts(
-        "WITH expired AS (SELECT c.id, c.run_id, c.kind, c.token FROM workflow_commands c "
-        "WHERE c.status = 'CLAIMED' AND c.lease_until < now() FOR UPDATE SKIP LOCKED) "
-        "UPDATE workflow_commands c SET status = CASE WHEN EXISTS (SELECT 1 FROM workflow_effect_markers m "
-        "WHERE m.command_id = c.id AND m.token = expired.token) THEN 'OUTCOME_UNKNOWN' ELSE 'PENDING' END, "
-        "last_error = CASE WHEN EXISTS (SELECT 1 FROM workflow_effect_markers m WHERE m.command_id = c.id "
-        "AND m.token = expired.token) THEN 'OUTCOME_UNKNOWN: interrupted after its effect started; reconcile it' "
-        "ELSE 'LEASE_EXPIRED: the executor holding the claim stopped' END, "
-        "token = NULL, lease_until = NULL, claimed_by = '' FROM expired WHERE c.id = expired.id "
-        "RETURNING c.id, c.run_id, c.kind, c.status",
-    )
-    for r in rows:
+    expired = db.fetchdicts(SQL.recover_expired)
+    for r in expired:
         observers.emit(observers.LeaseExpired(str(r["run_id"]), r["id"], r["kind"]))
-    return rows
-
-
-def earliest_delay_seconds() -> float | None:
-    row = db.fetchone(
-        "SELECT EXTRACT(EPOCH FROM (min(available_at) - now())) FROM workflow_commands "
-        "WHERE status IN ('PENDING','DEFERRED')"
-    )
-    if row is None or row[0] is None:
-        return None
-    return max(0.0, float(row[0]))
+    return expired
 
 
 def queue_counts() -> dict[str, int]:
-    # only the statuses the partial indexes cover: never a count over every settled command
-    rows = db.fetchall(
-        "SELECT status, count(*) FROM workflow_commands WHERE status IN "
-        "('PENDING','DEFERRED','CLAIMED','PARKED','DEAD','OUTCOME_UNKNOWN','FAILED') GROUP BY status"
-    )
-    return {str(s): int(n) for s, n in rows}
+    return {str(s): int(n) for s, n in db.fetchall(SQL.queue_counts)}

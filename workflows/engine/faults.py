@@ -39,6 +39,8 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
+from workflows.engine import sql
+
 POINTS = ("after_claim", "before_settle", "after_segment_commit", "before_publish", "outbox_delivery")
 ACTIONS = ("exit", "dberror", "raise", "stop")
 
@@ -120,10 +122,6 @@ def _hit(rule: Rule) -> None:
 # --- the segment log ------------------------------------------------------------------------
 
 
-def segment_log_enabled() -> bool:
-    return _segment_log
-
-
 def segment_started(run_id: Any, command_id: int, token: Any, executor_id: str) -> int | None:
     """Inside the segment, after its lock and fence: open the segment's log row."""
     if not _segment_log:
@@ -131,8 +129,7 @@ def segment_started(run_id: Any, command_id: int, token: Any, executor_id: str) 
     from workflows.engine import db
 
     row = db.fetchone(
-        "INSERT INTO workflow_segment_log (run_id, command_id, token, executor_id, started_at, outcome, "
-        "claim_current) VALUES (%s, %s, %s, %s, clock_timestamp(), '', false) RETURNING id",
+        sql.load("faults").segment_started,
         [run_id, command_id, token, executor_id[:255]],
     )
     return int(row[0]) if row else None
@@ -146,8 +143,7 @@ def segment_settling(log_id: int | None, command_id: int, token: Any, outcome: s
     from workflows.engine import db
 
     db.execute(
-        "UPDATE workflow_segment_log SET committed_at = clock_timestamp(), outcome = %s, claim_current = EXISTS "
-        "(SELECT 1 FROM workflow_commands WHERE id = %s AND status = 'CLAIMED' AND token = %s) WHERE id = %s",
+        sql.load("faults").segment_settling,
         [outcome[:16], command_id, token, log_id],
     )
 

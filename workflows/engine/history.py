@@ -20,11 +20,13 @@ from typing import Any
 import jsonpatch
 
 from workflows import jsonvalues
-from workflows.engine import db, redaction
+from workflows.engine import db, redaction, sql
 from workflows.engine.actors import NONE, Actor
 
 PATCH_LIMIT = 65536
 OUTCOME_LIMIT = 40
+
+SQL = sql.load("history")
 
 
 # Canonical JSON: sorted keys, compact, exact numbers (an int and a decimal differ, and a
@@ -93,7 +95,7 @@ class HistoryBuffer:
         documents = [self.state_source() if self.state_source is not None else None]
         if command_id is not None:
             if command_id not in self._command_documents:
-                row = db.fetchone("SELECT payload, target FROM workflow_commands WHERE id = %s", [command_id])
+                row = db.fetchone(SQL.command_documents, [command_id])
                 found: list[Any] = []
                 if row is not None:
                     found.append(row[0])
@@ -242,22 +244,8 @@ class HistoryBuffer:
         return rows
 
 
-# Absent keys are NULL: the text columns a non-decision entry leaves empty are coalesced to ''.
-HISTORY_INSERT = (
-    "INSERT INTO workflow_history (run_id, seq, type, at, command_id, step, branch_id, outcome, scope, "
-    "definition_id, version, plan_hash, state_version_before, state_version_after, executor_id, patch, "
-    "payload, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status, entry_version) "
-    "SELECT %s, e.seq, e.type, clock_timestamp(), e.command_id, e.step, e.branch_id, e.outcome, "
-    "coalesce(e.scope, ''), coalesce(e.definition_id, ''), e.version, coalesce(e.plan_hash, ''), e.vb, e.va, "
-    "coalesce(e.executor_id, ''), e.patch, e.payload, e.ak, e.ai, e.ar, e.ob, e.st, 2 "
-    "FROM jsonb_to_recordset(%s) AS e(seq integer, type text, command_id bigint, step text, branch_id text, "
-    "outcome text, scope text, definition_id text, version integer, plan_hash text, vb integer, va integer, "
-    "executor_id text, patch jsonb, payload jsonb, ak text, ai text, ar text, ob text, st text)"
-)
-# The entries of several runs (each row names its run): a bulk migration's decision logs.
-HISTORY_INSERT_MANY = HISTORY_INSERT.replace("SELECT %s, e.seq", "SELECT e.run_id, e.seq").replace(
-    "AS e(seq integer", "AS e(run_id uuid, seq integer"
-)
+HISTORY_INSERT = SQL.history_insert
+HISTORY_INSERT_MANY = SQL.history_insert_many  # (a bulk migration's decision logs)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -17,34 +17,19 @@ from uuid import UUID
 from django.db import DatabaseError, connection
 
 from workflows import conf
-from workflows.engine import db
+from workflows.engine import db, pipeline, rows, sql
 from workflows.exceptions import InstanceNotFound, LockTimeout
+from workflows.models import CommandKind
 
-RUN_COLUMNS = (
-    "id, scope, definition_id, version, plan_hash, start_scope, status, state, state_version, current_step, "
-    "wait, subject_type, subject_id, subject_version, business_key, context, failure_code, failure_message, "
-    "parent_run_id, parent_step, parent_branch, call_depth, compensation, next_seq, open_signals, history_seq, "
-    "cancel_reason, created_at, ended_at, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status"
-)
-
-
-# The bound is set (SET LOCAL) in the scan below the row lock, so it applies to this very
-# wait; the caller's own lock_timeout is kept aside first (left to right in the target list)
-# and RESTORE_LOCK_TIMEOUT, sent in the same round trip right behind, puts it back: the bound
-# is the recording's, never the rest of the caller's transaction's.
-LOCK_RUN = (
-    "SELECT set_config('workflows.caller_lock_timeout', current_setting('lock_timeout'), true) AS _kept, "
-    f"set_config('lock_timeout', %s, true) AS _bound, {RUN_COLUMNS} FROM workflow_runs "
-    "WHERE id = %s FOR NO KEY UPDATE"
-)
-RESTORE_LOCK_TIMEOUT = (
-    # nothing kept (no such run: the bound was never set) leaves lock_timeout alone; the kept
-    # value is cleared, so a later recording of the transaction keeps the caller's value afresh
-    "SELECT set_config('lock_timeout', coalesce(nullif(current_setting('workflows.caller_lock_timeout', true), ''), "
-    "current_setting('lock_timeout')), true) AS lock_timeout, "
-    "set_config('workflows.caller_lock_timeout', '', true) AS _cleared"
-)
-TRY_LOCK_RUN = f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT"
+SQL = sql.load("locks")
+RUN_COLUMNS = rows.RUN_COLUMNS  # (migration's bulk read names the columns through here)
+LOCK_RUN = rows.with_columns(SQL.lock_run)
+RESTORE_LOCK_TIMEOUT = SQL.restore_lock_timeout
+TRY_LOCK_RUN = rows.with_columns(SQL.try_lock_run)
+LOCK_WITH_COMMAND = rows.with_columns(SQL.lock_with_command)
+TASK_OF_COMMAND = SQL.task_of_command
+LOCK_WITH_CLAIMED = rows.with_columns(SQL.lock_with_claimed)
+TASK_OF_CLAIMED = SQL.task_of_claimed
 
 
 @contextmanager
@@ -72,7 +57,7 @@ def lock_run_and_read(run_id: UUID | str, sql: str, params: list[Any]) -> tuple[
     timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
     with _waiting_lock():
         # the read under the same bound (a row of the run, locked after it), then the restore
-        data, row, _ = db.fetchdict_batch(
+        data, row, _ = pipeline.fetchdict_batch(
             [(LOCK_RUN, [f"{int(timeout_ms)}ms", run_id]), (sql, params), (RESTORE_LOCK_TIMEOUT, ())]
         )
     return _locked(data), row
@@ -83,7 +68,7 @@ def lock_run(run_id: UUID | str) -> dict[str, Any]:
     The caller's lock_timeout is back in force once the lock is held (``LOCK_RUN``)."""
     timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
     with _waiting_lock():
-        data, _ = db.fetchdict_batch([(LOCK_RUN, [f"{int(timeout_ms)}ms", run_id]), (RESTORE_LOCK_TIMEOUT, ())])
+        data, _ = pipeline.fetchdict_batch([(LOCK_RUN, [f"{int(timeout_ms)}ms", run_id]), (RESTORE_LOCK_TIMEOUT, ())])
     return _locked(data)
 
 
@@ -103,8 +88,8 @@ def try_lock_run(run_id: UUID | str, *, first: bool = True) -> dict[str, Any] | 
             cur.execute(TRY_LOCK_RUN, [run_id])
             row = cur.fetchone()
             if row is not None:
-                cols, json_columns = db.shape(cur, TRY_LOCK_RUN)
-                row = db.decode_row(row, json_columns)
+                cols, json_columns = pipeline.shape(cur, TRY_LOCK_RUN)
+                row = pipeline.decode_row(row, json_columns)
     except DatabaseError as exc:
         if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
             if first and connection.in_atomic_block:
@@ -114,31 +99,6 @@ def try_lock_run(run_id: UUID | str, *, first: bool = True) -> dict[str, Any] | 
     if row is None:
         raise InstanceNotFound("run not found")
     return dict(zip(cols, row, strict=True))
-
-
-FENCED_COMMAND = (
-    "id, run_id, seq, kind, timer_kind, status, payload, target, task_id, timer_id, attempts, recorded_at, "
-    "fire_at, token, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status, reconcile_action"
-)
-
-
-LOCK_WITH_COMMAND = (
-    f"SELECT set_config('statement_timeout', %s, true) AS _deadline, {RUN_COLUMNS}, "
-    f"(SELECT row_to_json(c) FROM (SELECT {FENCED_COMMAND} FROM workflow_commands WHERE id = %s "
-    "AND status = 'CLAIMED' AND token = %s) c) AS _command, "
-    # read under the lock: every command recorded before this segment is seen here, and one
-    # recorded after it finds the lock free again when its own wake-up arrives
-    "EXISTS (SELECT 1 FROM workflow_commands e WHERE e.run_id = workflow_runs.id AND e.id <> %s "
-    "AND e.status IN ('PENDING','DEFERRED') AND e.available_at <= now()) AS _more "
-    "FROM workflow_runs WHERE id = %s FOR NO KEY UPDATE NOWAIT"
-)
-
-
-# The task a COMPLETION reserves, locked after the run (lock order: run, then its tasks).
-TASK_OF_COMMAND = (
-    "SELECT id, step, branch_id, status, reservation_owner FROM workflow_tasks "
-    "WHERE id = (SELECT task_id FROM workflow_commands WHERE id = %s) FOR UPDATE"
-)
 
 
 def try_lock_run_with_command(
@@ -160,7 +120,7 @@ def try_lock_run_with_command(
         statements.append((TASK_OF_COMMAND, [command_id]))
         statements.append((teardown.OPEN_THINGS_BESIDE_THE_DECISION, {"r": run_id, "c": command_id}))
     try:
-        rows = db.fetchdict_batch(statements)
+        rows = pipeline.fetchdict_batch(statements)
     except DatabaseError as exc:
         if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
             if connection.in_atomic_block:
@@ -192,23 +152,6 @@ def _locked_with_command(
     return data, command
 
 
-# The segment's first statements for a command found by its claim token (the claim travels in
-# the same round trip: ``claim_and_lock``). A COMPLETION's task and what the run holds beside
-# it are read as for ``try_lock_run_with_command``; for any other kind both answer nothing.
-CLAIMED = "run_id = %(r)s AND status = 'CLAIMED' AND token = %(t)s"
-LOCK_WITH_CLAIMED = (
-    f"SELECT set_config('statement_timeout', %(timeout)s, true) AS _deadline, {RUN_COLUMNS}, "
-    f"(SELECT row_to_json(c) FROM (SELECT {FENCED_COMMAND} FROM workflow_commands WHERE {CLAIMED}) c) AS _command, "
-    "EXISTS (SELECT 1 FROM workflow_commands e WHERE e.run_id = workflow_runs.id "
-    "AND e.status IN ('PENDING','DEFERRED') AND e.available_at <= now()) AS _more "
-    "FROM workflow_runs WHERE id = %(r)s FOR NO KEY UPDATE NOWAIT"
-)
-TASK_OF_CLAIMED = (
-    "SELECT id, step, branch_id, status, reservation_owner FROM workflow_tasks "
-    f"WHERE id = (SELECT task_id FROM workflow_commands WHERE {CLAIMED} AND kind = 'COMPLETION') FOR UPDATE"
-)
-
-
 class Claimed(NamedTuple):
     """What ``claim_and_lock`` found: the claim statement's row; the run (None when its lock
     was busy) and the claimed command (None when no command holds the token)."""
@@ -229,7 +172,7 @@ def claim_and_lock(claim_sql: str, claim_params: Any, run_id: Any, token: Any, s
     from workflows.engine import teardown
 
     params = {"r": run_id, "t": token}
-    claim, rows, error = db.committed_then_batch(
+    claim, rows, error = pipeline.committed_then_batch(
         (claim_sql, claim_params),
         [
             (LOCK_WITH_CLAIMED, {**params, "timeout": f"{int(statement_timeout_ms)}ms"}),
@@ -243,7 +186,7 @@ def claim_and_lock(claim_sql: str, claim_params: Any, run_id: Any, token: Any, s
             return Claimed(claim, None, None, None)
         return Claimed(claim, None, None, error)
     run, command = _locked_with_command(rows, with_task=True)
-    if command is not None and command["kind"] != "COMPLETION":
+    if command is not None and command["kind"] != CommandKind.COMPLETION:
         command.pop("_task", None)
         command.pop("_open_beside", None)
     return Claimed(claim, run, command, None)

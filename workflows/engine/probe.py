@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workflows import conf
-from workflows.engine import db
+from workflows.engine import db, sql
 
 LIST_LIMIT = 1000
+SQL = sql.load("probe")
 
 
 @dataclass
@@ -34,38 +35,25 @@ def _filter(run_id: Any) -> tuple[str, list[Any]]:
 
 def runnable_count(run_id: Any = None) -> int:
     clause, params = _filter(run_id)
-    row = db.fetchone(
-        "SELECT count(*) FROM workflow_commands WHERE status IN ('PENDING','CLAIMED') "
-        f"AND available_at <= now() {clause}",
-        params,
-    )
+    row = db.fetchone(SQL.runnable_count.format(run_filter=clause), params)
     return int(row[0]) if row else 0
 
 
-def _list(sql: str, params: list[Any]) -> list[dict[str, Any]]:
-    return db.fetchdicts(sql + f" LIMIT {LIST_LIMIT}", params)
+def _list(statement: str, clause: str, params: list[Any]) -> list[dict[str, Any]]:
+    return db.fetchdicts(statement.format(run_filter=clause) + f" LIMIT {LIST_LIMIT}", params)
 
 
 def report(run_id: Any = None) -> IdleReport:
     clause, params = _filter(run_id)
-    cols = "id, run_id, kind, seq, status, available_at, recorded_at, last_error"
     stuck_after = conf.get().EXECUTOR.STUCK_AFTER_SECONDS
     count = runnable_count(run_id)
     return IdleReport(
         idle=count == 0,
         runnable=count,
-        deferred=_list(f"SELECT {cols} FROM workflow_commands WHERE status = 'DEFERRED' {clause} ORDER BY id", params),
-        parked=_list(f"SELECT {cols} FROM workflow_commands WHERE status = 'PARKED' {clause} ORDER BY id", params),
-        not_yet_available=_list(
-            f"SELECT {cols} FROM workflow_commands WHERE status = 'PENDING' AND available_at > now() {clause} "
-            "ORDER BY available_at",
-            params,
-        ),
-        stuck=_list(
-            f"SELECT {cols} FROM workflow_commands WHERE (status = 'DEAD' OR (status IN ('PENDING','DEFERRED',"
-            f"'CLAIMED') AND recorded_at < now() - make_interval(secs => %s))) {clause} ORDER BY id",
-            [stuck_after, *params],
-        ),
+        deferred=_list(SQL.deferred, clause, params),
+        parked=_list(SQL.parked, clause, params),
+        not_yet_available=_list(SQL.not_yet_available, clause, params),
+        stuck=_list(SQL.stuck, clause, [stuck_after, *params]),
     )
 
 

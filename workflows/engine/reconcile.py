@@ -19,7 +19,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Any
 
-from workflows.engine import db, locks, recording, teardown, wakeups
+from workflows.engine import db, locks, recording, sql, teardown, wakeups
 from workflows.engine.actors import Actor
 from workflows.engine.drive import Drive
 from workflows.engine.recording import Recorded
@@ -31,10 +31,11 @@ from workflows.exceptions import (
     SignalRejected,
     Violation,
 )
+from workflows.models import ENDED_STATUSES, CommandKind, CommandStatus, RunStatus
 
 ACTIONS = ("replay", "resolve")
 REASON_LIMIT = 1000
-ENDED = ("COMPLETED", "CANCELLED", "COMPENSATED", "EXPIRED")
+SQL = sql.load("reconcile")
 
 
 def clean_reason(reason: Any) -> str:
@@ -66,35 +67,28 @@ def reconcile_command(*, command_id: Any, action: str, reason: str, actor: Actor
             violations=[Violation(pointer="/reason", type="required", message="a reason is required")],
         )
     try:
-        found = db.fetchdict("SELECT id, run_id FROM workflow_commands WHERE id = %s", [int(command_id)])
+        found = db.fetchdict(SQL.command_run, [int(command_id)])
     except (TypeError, ValueError):
         found = None
     if found is None:
         raise CommandNotFound("command not found")
     run = locks.lock_run(found["run_id"])
-    cmd = db.fetchdict(
-        "SELECT id, run_id, kind, seq, status, target FROM workflow_commands WHERE id = %s FOR UPDATE", [found["id"]]
-    )
+    cmd = db.fetchdict(SQL.command_locked, [found["id"]])
     assert cmd is not None
-    if cmd["status"] != "OUTCOME_UNKNOWN":
+    if cmd["status"] != CommandStatus.OUTCOME_UNKNOWN:
         raise CommandNotReconcilable(f"command {cmd['id']} is {cmd['status']}, not OUTCOME_UNKNOWN")
-    marker = db.fetchdict(
-        "SELECT step FROM workflow_effect_markers WHERE command_id = %s ORDER BY started_at DESC, id DESC LIMIT 1",
-        [cmd["id"]],
-    )
+    marker = db.fetchdict(SQL.last_marker, [cmd["id"]])
     target = dict(cmd["target"] or {})
     target.pop("resolved_step", None)
     if action == "resolve":
         if marker is None:
             raise CommandNotReconcilable(f"command {cmd['id']} has no effect marker to resolve")
-        if cmd["kind"] == "SIGNAL":
+        if cmd["kind"] == CommandKind.SIGNAL:
             raise CommandNotReconcilable(f"command {cmd['id']} is a SIGNAL: resolve is not available, replay it")
         target["resolved_step"] = marker["step"]
     who = actor.id or actor.reason or actor.kind
     db.execute(
-        "UPDATE workflow_commands SET status = 'PENDING', attempts = 0, transient_count = 0, available_at = now(), "
-        "last_error = '', token = NULL, lease_until = NULL, claimed_by = '', target = %s, reconcile_action = %s, "
-        "reconciled_by = %s, reconciled_at = now(), reconcile_reason = %s WHERE id = %s AND status = 'OUTCOME_UNKNOWN'",
+        SQL.requeue,
         [db.jsonb(target) if target else None, action, who[:255], reason, cmd["id"]],
     )
     drive = Drive.for_run(run, None, actor)
@@ -108,7 +102,7 @@ def reconcile_command(*, command_id: Any, action: str, reason: str, actor: Actor
     )
     drive.save()
     wakeups.wake(run["id"])
-    return Recorded(str(run["id"]), cmd["id"], cmd["kind"], "PENDING", cmd["seq"])
+    return Recorded(str(run["id"]), cmd["id"], cmd["kind"], CommandStatus.PENDING, cmd["seq"])
 
 
 def moved_on(run: dict[str, Any], *, seen_state_version: int, seen_history_seq: int) -> bool:
@@ -117,14 +111,11 @@ def moved_on(run: dict[str, Any], *, seen_state_version: int, seen_history_seq: 
 
     Entries that do not move a run (a reminder, a reassignment, a parked signal) do not count.
     """
-    if run["status"] != "WAITING" or int(run["state_version"]) != int(seen_state_version):
+    if run["status"] != RunStatus.WAITING or int(run["state_version"]) != int(seen_state_version):
         return True
     if int(run["history_seq"]) == int(seen_history_seq):
         return False
-    stepped = db.fetchone(
-        "SELECT 1 FROM workflow_history WHERE run_id = %s AND seq > %s AND type = 'DECISION' LIMIT 1",
-        [run["id"], int(seen_history_seq)],
-    )
+    stepped = db.fetchone(SQL.stepped_since, [run["id"], int(seen_history_seq)])
     return stepped is not None
 
 
@@ -136,7 +127,7 @@ def cancel_confirmed(*, run_id: Any, seen_state_version: int, seen_history_seq: 
     """
     teardown.lock_callers(run_id)  # lock order caller → child (the cancel reaches its callers)
     run = locks.lock_run(run_id)
-    if run["status"] in ENDED or moved_on(
+    if run["status"] in ENDED_STATUSES or moved_on(
         run, seen_state_version=seen_state_version, seen_history_seq=seen_history_seq
     ):
         raise AlreadyMovedOn(f"run {run_id} has moved on since the confirmation was shown; it was left alone")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workflows import conf
-from workflows.engine import bounds, commands, db, locks, observers, teardown, wakeups
+from workflows.engine import bounds, commands, db, locks, observers, pipeline, sql, teardown, wakeups
 from workflows.engine.actors import NONE, Actor, sanitise
 from workflows.engine.drive import Drive
 from workflows.engine.segment import named
@@ -31,8 +31,17 @@ from workflows.exceptions import (
     VersionNotRunnable,
     Violation,
 )
+from workflows.models import (
+    ENDED_STATUSES,
+    ActorKind,
+    AttributionStatus,
+    CommandKind,
+    CommandStatus,
+    RunStatus,
+    TaskStatus,
+)
 
-ENDED = ("COMPLETED", "CANCELLED", "COMPENSATED", "EXPIRED")
+SQL = sql.load("recording")
 
 
 @dataclass(frozen=True)
@@ -62,35 +71,28 @@ def _caller(actor: Actor) -> str:
 
 
 def _dedup_find(kind: str, scope: str, key: str) -> dict[str, Any] | None:
-    return db.fetchdict(
-        "SELECT fingerprint, run_id, command_id, result FROM workflow_dedup "
-        "WHERE kind = %s AND scope = %s AND key = %s",
-        [kind, scope, key],
-    )
+    return db.fetchdict(SQL.dedup_find, [kind, scope, key])
 
 
 def _dedup_claim(kind: str, scope: str, key: str, fp: str, run_id: Any, command_id: int | None) -> bool:
-    row = db.fetchone(
-        "INSERT INTO workflow_dedup (kind, scope, key, fingerprint, run_id, command_id, created_at) "
-        "VALUES (%s,%s,%s,%s,%s,%s,now()) ON CONFLICT (kind, scope, key) DO NOTHING RETURNING id",
-        [kind, scope, key, fp, run_id, command_id],
-    )
-    return row is not None
+    return db.fetchone(SQL.dedup_claim, [kind, scope, key, fp, run_id, command_id]) is not None
+
+
+def _dedup_point(kind: str, scope: str, key: str, command_id: int) -> None:
+    db.execute(SQL.dedup_point, [command_id, kind, scope, key])
 
 
 def _replay(found: dict[str, Any], fp: str, kind: str) -> Recorded:
     if found["fingerprint"] != fp:
         raise IdempotencyConflict("the idempotency key was used for another request")
-    row = db.fetchdict(
-        "SELECT id, run_id, kind, status, seq FROM workflow_commands WHERE id = %s", [found["command_id"]]
-    )
+    row = db.fetchdict(SQL.replayed_command, [found["command_id"]])
     if row is None:
-        return Recorded(str(found["run_id"]), found["command_id"], kind, "COMPLETE", None, replay=True)
+        return Recorded(str(found["run_id"]), found["command_id"], kind, CommandStatus.COMPLETE, None, replay=True)
     return Recorded(str(row["run_id"]), row["id"], row["kind"], row["status"], row["seq"], replay=True)
 
 
 def _absent(actor: Actor, kind: str) -> None:
-    if actor.kind == "NONE":
+    if actor.kind == ActorKind.NONE:
         observers.emit(observers.ActorAbsent(kind))
 
 
@@ -100,21 +102,13 @@ def _last(
     """A recording's command insert (``before``: statements sent ahead of it in the same round
     trip). When the operation opened the transaction itself and nothing follows (no dedup row
     to point at the command), the COMMIT travels with it."""
-    if not idempotency_key and db.may_commit():
-        return db.fetchone_and_commit(*statement, before=before or ())
+    if not idempotency_key and pipeline.may_commit():
+        return pipeline.fetchone_and_commit(*statement, before=before or ())
     if before:
-        return db.fetch_batch([*before, statement])[-1]
+        return pipeline.fetch_batch([*before, statement])[-1]
     return db.fetchone(*statement, prepared=True)
 
 
-# -- name: start_admission
-# The chosen row's status as the insert sees it, and (above READ COMMITTED only) a key-share
-# lock of the row, so a status changed after the caller's snapshot fails to serialize.
-ADMISSION = (
-    "admitted AS (SELECT status FROM workflow_definitions WHERE scope = %s AND definition_id = %s AND version = %s), "
-    "fence AS (SELECT 1 FROM workflow_definitions WHERE scope = %s AND definition_id = %s AND version = %s "
-    "AND current_setting('transaction_isolation') <> 'read committed' FOR KEY SHARE)"
-)
 COMMAND_RETURNING = " RETURNING id, recorded_at, available_at, fire_at"
 
 
@@ -147,7 +141,7 @@ def start(
     fp = commands.fingerprint({"definition_id": definition_id, "payload": payload, "business_key": business_key})
     dedup_scope = f"{start_scope}\x1f{definition_id}\x1f{_caller(actor)}"
     if idempotency_key:
-        found = _dedup_find("START", dedup_scope, idempotency_key)
+        found = _dedup_find(CommandKind.START, dedup_scope, idempotency_key)
         if found is not None:
             return _replay_start(found, fp, version)
     # prepared, and the transaction's BEGIN travels with it (no round trip of its own)
@@ -155,7 +149,7 @@ def start(
         start_scope=start_scope,
         definition_id=definition_id,
         version=version,
-        fetch=lambda sql, params: db.fetchall(sql, params, prepared=True),
+        fetch=lambda text, params: db.fetchall(text, params, prepared=True),
     )
     if chosen.start_schema:
         problems = schemas.validate(chosen.start_schema, payload)
@@ -164,42 +158,33 @@ def start(
                 f"invalid start payload for {named(definition_id)} v{chosen.version}", violations=problems
             )
     run_id = uuid.uuid4()
-    if idempotency_key and not _dedup_claim("START", dedup_scope, idempotency_key, fp, run_id, None):
-        found = _dedup_find("START", dedup_scope, idempotency_key)
+    if idempotency_key and not _dedup_claim(CommandKind.START, dedup_scope, idempotency_key, fp, run_id, None):
+        found = _dedup_find(CommandKind.START, dedup_scope, idempotency_key)
         assert found is not None
         return _replay_start(found, fp, version)
     parent = parent or {}
     pin = [chosen.scope, definition_id, chosen.version]
-    run_row = (
-        "INSERT INTO workflow_runs (id, scope, definition_id, version, plan_hash, start_scope, status, state, "
-        "state_version, current_step, wait, subject_type, subject_id, subject_version, business_key, context, "
-        "failure_code, failure_message, parent_run_id, parent_step, parent_branch, call_depth, compensation, "
-        "next_seq, open_signals, history_seq, cancel_reason, created_at, updated_at, ended_at, actor_kind, actor_id, "
-        "actor_reason, on_behalf_of, attribution_status) SELECT %s,%s,%s,%s,%s,%s,'PENDING',NULL,0,NULL,NULL,'','',"
-        "'',%s,%s,'','',%s,%s,%s,%s,NULL,2,0,0,'',now(),now(),NULL,%s,%s,%s,%s,%s "
-        "FROM admitted WHERE admitted.status = 'AVAILABLE' AND (SELECT count(*) FROM fence) >= 0 RETURNING id",
-        [
-            run_id,
-            chosen.scope,
-            definition_id,
-            chosen.version,
-            chosen.plan_hash,
-            start_scope,
-            business_key or "",
-            db.jsonb(context),
-            parent.get("run_id"),
-            parent.get("step", ""),
-            parent.get("branch", ""),
-            int(parent.get("depth", 0)),
-            *actor.columns(),
-        ],
-    )
+    run_params = [
+        run_id,
+        chosen.scope,
+        definition_id,
+        chosen.version,
+        chosen.plan_hash,
+        start_scope,
+        business_key or "",
+        db.jsonb(context),
+        parent.get("run_id"),
+        parent.get("step", ""),
+        parent.get("branch", ""),
+        int(parent.get("depth", 0)),
+        *actor.columns(),
+    ]
     # the run row already counts the START's position (next_seq 2): no second write of it;
     # both rows go in one statement (the run's insert as a data-modifying CTE)
     run = {"id": run_id, "next_seq": 1, "open_signals": 0}
-    sql, params, seq = commands.insert_statement(
+    statement, params, seq = commands.insert_statement(
         run,
-        kind="START",
+        kind=CommandKind.START,
         actor=actor,
         payload=payload,
         dedup_key=idempotency_key or "",
@@ -211,15 +196,18 @@ def start(
     # retirement committed since the selection read is seen (READ COMMITTED), and none can
     # commit before this start does; above READ COMMITTED the row lock (``fence``) turns a
     # change after the caller's snapshot into a serialization failure (retryable)
-    assert sql.startswith("INSERT INTO workflow_commands") and ") VALUES (" in sql and sql.endswith(COMMAND_RETURNING)
-    command_row = sql.replace(") VALUES (", ") SELECT ", 1)[: -len(COMMAND_RETURNING)]
-    both = (
-        f"WITH {ADMISSION}, r AS ({run_row[0]}), c AS ({command_row[:-1]} FROM r{COMMAND_RETURNING}) "
-        "SELECT c.id, c.recorded_at, c.available_at, c.fire_at, (SELECT status FROM admitted) AS admitted "
-        "FROM (SELECT 1) AS one LEFT JOIN c ON true",
-        [*pin, *pin, *run_row[1], *params],
+    assert (
+        statement.startswith("INSERT INTO workflow_commands")
+        and ") VALUES (" in statement
+        and statement.endswith(COMMAND_RETURNING)
     )
-    _absent(actor, "START")
+    command_row = statement.replace(") VALUES (", ") SELECT ", 1)[: -len(COMMAND_RETURNING)]
+    both = (
+        f"WITH {SQL.start_admission}, r AS ({SQL.start_run}), c AS ({command_row[:-1]} FROM r{COMMAND_RETURNING}) "
+        + SQL.start_answer,
+        [*pin, *pin, *run_params, *params],
+    )
+    _absent(actor, CommandKind.START)
     lock = (store.LOCK_DEFINITION_ID_SHARED, [store.definition_lock_key(definition_id)])
     row = _last(both, idempotency_key, before=[lock])
     if row is None or row[0] is None:
@@ -228,33 +216,26 @@ def start(
         if status is None:
             raise VersionNotRunnable(f"{key} has no published row")
         raise LifecycleError(f"{key} is {str(status).lower()}; a start is admitted to an available version only")
-    cmd = commands.inserted(row, seq, "START")
+    cmd = commands.inserted(row, seq, CommandKind.START)
     if idempotency_key:
-        db.execute(
-            "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'START' AND scope = %s AND key = %s",
-            [cmd["id"], dedup_scope, idempotency_key],
-        )
+        _dedup_point(CommandKind.START, dedup_scope, idempotency_key, cmd["id"])
     wakeups.wake(run_id)
-    return Recorded(str(run_id), cmd["id"], "START", "PENDING", cmd["seq"])
+    return Recorded(str(run_id), cmd["id"], CommandKind.START, CommandStatus.PENDING, cmd["seq"])
 
 
 def _replay_start(found: dict[str, Any], fp: str, version: int | None) -> Recorded:
     if version is not None:
-        pinned = db.fetchone("SELECT version FROM workflow_runs WHERE id = %s", [found["run_id"]])
+        pinned = db.fetchone(SQL.pinned_version, [found["run_id"]])
         if pinned is not None and int(pinned[0]) != int(version):
             raise IdempotencyConflict("the idempotency key was used for another version")
-    return _replay(found, fp, "START")
+    return _replay(found, fp, CommandKind.START)
 
 
 # --- signal --------------------------------------------------------------------------------
 
 
 def _declared(run: dict[str, Any], name: str) -> bool:
-    row = db.fetchone(
-        "SELECT signal_names, contract_signals FROM workflow_definitions WHERE scope = %s AND definition_id = %s "
-        "AND version = %s",
-        [run["scope"], run["definition_id"], run["version"]],
-    )
+    row = db.fetchone(SQL.declared_signals, [run["scope"], run["definition_id"], run["version"]])
     if row is None or (row[0] is None and row[1] is None):
         return True  # no declaration stored: the executor rejects an undeclared name
     names = set(row[0] or []) | set((row[1] or {}).keys())
@@ -286,41 +267,37 @@ def signal(
     fp = commands.fingerprint({"name": name, "payload": payload})
     dedup_scope = f"{run_id}\x1f{branch or ''}\x1f{_caller(actor)}"
     if idempotency_key:
-        found = _dedup_find("SIGNAL", dedup_scope, idempotency_key)
+        found = _dedup_find(CommandKind.SIGNAL, dedup_scope, idempotency_key)
         if found is not None:
-            return _replay(found, fp, "SIGNAL")
-    run = db.fetchdict("SELECT id, scope, definition_id, version, status FROM workflow_runs WHERE id = %s", [run_id])
+            return _replay(found, fp, CommandKind.SIGNAL)
+    run = db.fetchdict(SQL.run_for_signal, [run_id])
     if run is None:
         raise InstanceNotFound("run not found")
-    if run["status"] in ENDED:
+    if run["status"] in ENDED_STATUSES:
         raise SignalRejected(f"run {run_id} has ended; signal {named(name)} refused")
     if not _declared(run, name):
         raise SignalRejected(f"signal {named(name)} is not declared for run {run_id} (version {run['version']})")
     bounds.check_payload(payload, what=f"payload of signal {named(name)} for run {run_id}")
     locked = locks.lock_run(run_id)
     if idempotency_key:
-        found = _dedup_find("SIGNAL", dedup_scope, idempotency_key)
+        found = _dedup_find(CommandKind.SIGNAL, dedup_scope, idempotency_key)
         if found is not None:
-            return _replay(found, fp, "SIGNAL")
-    if locked["status"] in ENDED:
+            return _replay(found, fp, CommandKind.SIGNAL)
+    if locked["status"] in ENDED_STATUSES:
         raise SignalRejected(f"run {run_id} has ended; signal {named(name)} refused")
     limit = conf.get().RECORDING.MAX_OPEN_SIGNALS_PER_INSTANCE
-    raised = db.fetchone(
-        "UPDATE workflow_runs SET open_signals = open_signals + 1 WHERE id = %s AND open_signals < %s "
-        "RETURNING open_signals",
-        [run_id, limit],
-    )
+    raised = db.fetchone(SQL.raise_open_signals, [run_id, limit])
     if raised is None:
         raise SignalLimit(f"run {run_id} has {limit} open signals; signal {named(name)} refused")
     locked["open_signals"] = int(raised[0])
     target: dict[str, Any] = {"name": name}
     if branch:
         target["branch"] = branch
-    if idempotency_key and not _dedup_claim("SIGNAL", dedup_scope, idempotency_key, fp, run_id, None):
+    if idempotency_key and not _dedup_claim(CommandKind.SIGNAL, dedup_scope, idempotency_key, fp, run_id, None):
         raise IdempotencyConflict("the idempotency key is being used concurrently")
     cmd = commands.insert(
         locked,
-        kind="SIGNAL",
+        kind=CommandKind.SIGNAL,
         actor=actor,
         payload=payload,
         target=target,
@@ -330,13 +307,10 @@ def signal(
         persist_counters=True,
     )
     if idempotency_key:
-        db.execute(
-            "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'SIGNAL' AND scope = %s AND key = %s",
-            [cmd["id"], dedup_scope, idempotency_key],
-        )
-    _absent(actor, "SIGNAL")
+        _dedup_point(CommandKind.SIGNAL, dedup_scope, idempotency_key, cmd["id"])
+    _absent(actor, CommandKind.SIGNAL)
     wakeups.wake(run_id)
-    return Recorded(str(run_id), cmd["id"], "SIGNAL", "PENDING", cmd["seq"])
+    return Recorded(str(run_id), cmd["id"], CommandKind.SIGNAL, CommandStatus.PENDING, cmd["seq"])
 
 
 # --- task completion and reassignment -------------------------------------------------------
@@ -379,31 +353,21 @@ def complete_task(
     fp = commands.fingerprint({"decision": decision, "payload": payload, "subject_version": subject_version})
     dedup_scope = f"{task_id}\x1f{_caller(actor)}"
     if idempotency_key:
-        found = _dedup_find("COMPLETION", dedup_scope, idempotency_key)
+        found = _dedup_find(CommandKind.COMPLETION, dedup_scope, idempotency_key)
         if found is not None:
-            return _replay(found, fp, "COMPLETION")
-    task = db.fetchdict(
-        "SELECT id, run_id, status, decisions, assignment_mode, assignment_value, require_version_stability "
-        "FROM workflow_tasks WHERE id = %s",
-        [task_id],
-        prepared=True,
-    )
+            return _replay(found, fp, CommandKind.COMPLETION)
+    task = db.fetchdict(SQL.task_for_completion, [task_id], prepared=True)
     if task is None:
         raise TaskNotFound("task not found")
     _task_decision_checks(task, decision, payload)
     # the lock and the task's locked read in one round trip
-    run, task = locks.lock_run_and_read(
-        task["run_id"],
-        "SELECT id, run_id, status, decisions, assignment_mode, assignment_value, require_version_stability "
-        "FROM workflow_tasks WHERE id = %s FOR UPDATE",
-        [task_id],
-    )
+    run, task = locks.lock_run_and_read(task["run_id"], SQL.task_for_completion_locked, [task_id])
     if idempotency_key:
-        found = _dedup_find("COMPLETION", dedup_scope, idempotency_key)
+        found = _dedup_find(CommandKind.COMPLETION, dedup_scope, idempotency_key)
         if found is not None:
-            return _replay(found, fp, "COMPLETION")
+            return _replay(found, fp, CommandKind.COMPLETION)
     assert task is not None
-    if task["status"] != "OPEN":
+    if task["status"] != TaskStatus.OPEN:
         raise TaskNotWaiting(f"task {task_id} is not waiting for a decision")
     if expected_assignment is not None and (
         str(expected_assignment.get("mode", "")).replace("role", "group") != task["assignment_mode"]
@@ -417,7 +381,7 @@ def complete_task(
             "the decision is not offered by this task",
             violations=[Violation(pointer="/decision", type="decision", message="not offered by this task")],
         )
-    if idempotency_key and not _dedup_claim("COMPLETION", dedup_scope, idempotency_key, fp, run["id"], None):
+    if idempotency_key and not _dedup_claim(CommandKind.COMPLETION, dedup_scope, idempotency_key, fp, run["id"], None):
         raise IdempotencyConflict("the idempotency key is being used concurrently")
     target = {
         "decision": decision,
@@ -425,9 +389,9 @@ def complete_task(
         "subject_version": subject_version,
         "completed_by": actor.id or actor.reason,
     }
-    sql, params, seq = commands.insert_statement(
+    statement, params, seq = commands.insert_statement(
         run,
-        kind="COMPLETION",
+        kind=CommandKind.COMPLETION,
         actor=actor,
         target=target,
         task_id=task_id,
@@ -438,21 +402,14 @@ def complete_task(
     # the command and the task's reservation in one statement: the reservation names the
     # command the statement's CTE ``c`` inserts
     tail = " SELECT * FROM c"
-    assert sql.endswith(tail)
-    both = (
-        sql[: -len(tail)] + ", t AS (UPDATE workflow_tasks SET status = 'COMPLETING', reservation_owner = "
-        "(SELECT id FROM c), updated_at = now() WHERE id = %s AND status = 'OPEN')" + tail,
-        [*params, task_id],
-    )
-    _absent(actor, "COMPLETION")
-    cmd = commands.inserted(_last(both, idempotency_key), seq, "COMPLETION")
+    assert statement.endswith(tail)
+    both = (f"{statement[: -len(tail)]}, {SQL.reserve_task}{tail}", [*params, task_id])
+    _absent(actor, CommandKind.COMPLETION)
+    cmd = commands.inserted(_last(both, idempotency_key), seq, CommandKind.COMPLETION)
     if idempotency_key:
-        db.execute(
-            "UPDATE workflow_dedup SET command_id = %s WHERE kind = 'COMPLETION' AND scope = %s AND key = %s",
-            [cmd["id"], dedup_scope, idempotency_key],
-        )
+        _dedup_point(CommandKind.COMPLETION, dedup_scope, idempotency_key, cmd["id"])
     wakeups.wake(run["id"])
-    return Recorded(str(run["id"]), cmd["id"], "COMPLETION", "PENDING", cmd["seq"])
+    return Recorded(str(run["id"]), cmd["id"], CommandKind.COMPLETION, CommandStatus.PENDING, cmd["seq"])
 
 
 def reassign_task(*, task_id: Any, mode: str, value: str, actor: Actor = NONE) -> None:
@@ -463,18 +420,15 @@ def reassign_task(*, task_id: Any, mode: str, value: str, actor: Actor = NONE) -
             "assignment must be user or group with a name",
             violations=[Violation(pointer="/mode", type="enum", message="user or group")],
         )
-    task = db.fetchdict("SELECT id, run_id FROM workflow_tasks WHERE id = %s", [task_id])
+    task = db.fetchdict(SQL.run_of_task, [task_id])
     if task is None:
         raise TaskNotFound("task not found")
     run = locks.lock_run(task["run_id"])
-    locked = db.fetchdict("SELECT id, step, status, branch_id FROM workflow_tasks WHERE id = %s FOR UPDATE", [task_id])
+    locked = db.fetchdict(SQL.task_to_reassign, [task_id])
     assert locked is not None
-    if locked["status"] != "OPEN":
+    if locked["status"] != TaskStatus.OPEN:
         raise TaskNotWaiting(f"task {task_id} is not waiting for a decision")
-    db.execute(
-        "UPDATE workflow_tasks SET assignment_mode = %s, assignment_value = %s, updated_at = now() WHERE id = %s",
-        [mode, value, task_id],
-    )
+    db.execute(SQL.reassign_task, [mode, value, task_id])
     drive = Drive.for_run(run, None, actor)
     drive.history.add(
         "TASK_REASSIGNED",
@@ -500,29 +454,25 @@ def cancel(*, run_id: Any, reason: str = "", actor: Actor = NONE) -> None:
     # lock order caller → child: the call chain above the run is locked before the run
     callers = teardown.lock_callers(run_id)
     run = locks.lock_run(run_id)
-    if run["status"] in ENDED:
+    if run["status"] in ENDED_STATUSES:
         raise SignalRejected(f"run {run_id} has ended (status {run['status']})")
     teardown.cancel_with_callers(run, callers, actor=actor, reason=sanitise(reason) if reason else "")
 
 
 def retry(*, run_id: Any, actor: Actor = NONE) -> Recorded:
     run = locks.lock_run(run_id)
-    if run["status"] in ENDED:
+    if run["status"] in ENDED_STATUSES:
         raise SignalRejected(f"run {run_id} has ended (status {run['status']})")
-    has_dead = db.fetchone("SELECT 1 FROM workflow_commands WHERE run_id = %s AND status = 'DEAD' LIMIT 1", [run_id])
-    if run["status"] != "FAILED" and has_dead is None:
+    has_dead = db.fetchone(SQL.has_dead, [run_id])
+    if run["status"] != RunStatus.FAILED and has_dead is None:
         raise SignalRejected(f"run {run_id} has nothing to retry (status {run['status']})")
-    pending = db.fetchdict(
-        "SELECT id, kind, status, seq FROM workflow_commands WHERE run_id = %s AND kind = 'RETRY' "
-        "AND status IN ('PENDING','DEFERRED','CLAIMED') ORDER BY seq LIMIT 1",
-        [run_id],
-    )
+    pending = db.fetchdict(SQL.pending_retry, [run_id])
     if pending is not None:
-        return Recorded(str(run_id), pending["id"], "RETRY", pending["status"], pending["seq"], replay=True)
-    cmd = commands.insert(run, kind="RETRY", actor=actor, persist_counters=True)
-    _absent(actor, "RETRY")
+        return Recorded(str(run_id), pending["id"], CommandKind.RETRY, pending["status"], pending["seq"], replay=True)
+    cmd = commands.insert(run, kind=CommandKind.RETRY, actor=actor, persist_counters=True)
+    _absent(actor, CommandKind.RETRY)
     wakeups.wake(run_id)
-    return Recorded(str(run_id), cmd["id"], "RETRY", "PENDING", cmd["seq"])
+    return Recorded(str(run_id), cmd["id"], CommandKind.RETRY, CommandStatus.PENDING, cmd["seq"])
 
 
 def migrate(
@@ -538,7 +488,7 @@ def migrate(
     expected_version: int | None = None,
 ) -> Recorded:
     run = locks.lock_run(run_id)
-    if run["status"] in ENDED:
+    if run["status"] in ENDED_STATUSES:
         raise MigrationIllegalState(f"run {run_id} has ended (status {run['status']})")
     if target_scope is not None and target_scope not in (run["scope"], run["start_scope"], "default"):
         raise MigrationIllegalState("target scope not admitted")
@@ -558,19 +508,17 @@ def migrate(
         # a position move: the handler leaves a run that moved on since it was selected alone
         target["expected_step"] = expected_step
         target["expected_version"] = int(expected_version) if expected_version is not None else None
-    pending = db.fetchdict(
-        "SELECT id, status, seq, target FROM workflow_commands WHERE run_id = %s AND kind = 'MIGRATION' "
-        "AND status IN ('PENDING','DEFERRED','CLAIMED') ORDER BY seq LIMIT 1",
-        [run_id],
-    )
+    pending = db.fetchdict(SQL.pending_migration, [run_id])
     if pending is not None:
         if (pending["target"] or {}) == target:
-            return Recorded(str(run_id), pending["id"], "MIGRATION", pending["status"], pending["seq"], replay=True)
+            return Recorded(
+                str(run_id), pending["id"], CommandKind.MIGRATION, pending["status"], pending["seq"], replay=True
+            )
         raise MigrationIllegalState("another migration of this run is pending")
-    cmd = commands.insert(run, kind="MIGRATION", actor=actor, target=target, persist_counters=True)
-    _absent(actor, "MIGRATION")
+    cmd = commands.insert(run, kind=CommandKind.MIGRATION, actor=actor, target=target, persist_counters=True)
+    _absent(actor, CommandKind.MIGRATION)
     wakeups.wake(run_id)
-    return Recorded(str(run_id), cmd["id"], "MIGRATION", "PENDING", cmd["seq"])
+    return Recorded(str(run_id), cmd["id"], CommandKind.MIGRATION, CommandStatus.PENDING, cmd["seq"])
 
 
 def record_resume(*, parent_id: Any, child_id: str, status: str, result: Any, step: str) -> None:
@@ -578,15 +526,15 @@ def record_resume(*, parent_id: Any, child_id: str, status: str, result: Any, st
     from django.db import transaction
 
     with transaction.atomic():
-        if not _dedup_claim("RESUME", str(parent_id), child_id, "", parent_id, None):
+        if not _dedup_claim(CommandKind.RESUME, str(parent_id), child_id, "", parent_id, None):
             return
         run = locks.lock_run(parent_id)
-        if run["status"] in ENDED:
+        if run["status"] in ENDED_STATUSES:
             return
         cmd = commands.insert(
             run,
-            kind="RESUME",
-            actor=Actor(kind="SYSTEM", reason="called run ended", status="VERIFIED"),
+            kind=CommandKind.RESUME,
+            actor=Actor(kind=ActorKind.SYSTEM, reason="called run ended", status=AttributionStatus.VERIFIED),
             target={"child": child_id, "status": status, "step": step},
             payload=result,
             persist_counters=True,

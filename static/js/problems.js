@@ -37,15 +37,20 @@
   }
 
   function region(elt, create) {
-    var found = declared(elt, "data-problems") || elt.switchyardProblems;
-    if (found || !create) return found || null;
+    var found = declared(elt, "data-problems");
+    if (found) return found;
+    // an undeclared element's region follows it, and outlives the element's own swaps
+    // (a polling table replaced outerHTML finds the region its predecessor made)
+    var anchor = elt.closest("form") || elt;
+    var next = anchor.nextElementSibling;
+    if (next && next.hasAttribute("data-problems-made")) return next;
+    if (!create || !anchor.parentNode) return null;
     var made = document.createElement("div");
     made.className = "problems";
     made.setAttribute("role", "alert");
     made.setAttribute("aria-live", "assertive");
-    var anchor = elt.closest("form") || elt;
+    made.setAttribute("data-problems-made", "");
     anchor.insertAdjacentElement("afterend", made);
-    elt.switchyardProblems = made;
     return made;
   }
 
@@ -72,6 +77,7 @@
   function show(elt, problem) {
     var made = !region(elt, false);
     var target = region(elt, true);
+    if (!target) return; // the element left the page meanwhile
     var box = document.createElement("div");
     box.className = "problem";
     box.setAttribute("data-status", String(problem.status || 0));

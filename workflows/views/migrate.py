@@ -112,7 +112,7 @@ def migrate_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRes
         if not _htmx(request):
             return guarded(request, *args, **kwargs)
         if not getattr(request.user, "is_authenticated", False):
-            page = getattr(request.htmx, "current_url_abs_path", None) or request.get_full_path()
+            page = getattr(getattr(request, "htmx", None), "current_url_abs_path", None) or request.get_full_path()
             return HttpResponseClientRedirect(redirect_to_login(page)["Location"])
         try:
             return guarded(request, *args, **kwargs)

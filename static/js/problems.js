@@ -12,8 +12,8 @@
 // - Where: the element that issued the request, or its nearest ancestor, names its alert
 //   region with data-problems="<CSS selector>". Without one, a region is made right after the
 //   element (after its form when it is in one). Regions are role="alert" aria-live="assertive".
-// - data-clears="<CSS selector>" on the element or an ancestor names what else answers an
-//   earlier request (an older preview, say) and is emptied when the element sends again.
+// - data-clears="<CSS selector>" on the element itself (not inherited) names what else shows
+//   the answer to its earlier request (an older preview, say): emptied when it sends again.
 // - htmx:beforeRequest empties the region, so a message never outlives the next request.
 // Texts come from the answer: they are set with textContent only, never parsed as HTML.
 (function () {
@@ -104,7 +104,7 @@
     var elt = event.detail.elt;
     var own = region(elt, false);
     if (own) own.replaceChildren();
-    var stale = declared(elt, "data-clears");
+    var stale = elt.hasAttribute("data-clears") ? document.querySelector(elt.getAttribute("data-clears")) : null;
     if (stale) stale.replaceChildren();
   });
 

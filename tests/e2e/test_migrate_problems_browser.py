@@ -83,9 +83,18 @@ def test_selected_runs_without_a_choice_are_refused_next_to_preview(
 
     # choosing, then Preview again: the message goes, the preview comes
     page.select_option("#do-0", "move:manager-review")
-    page.get_by_role("button", name="Preview").click()
+    page.get_by_role("button", name="Preview", exact=True).click()
     page.get_by_role("heading", name="Preview — nothing has changed yet").wait_for()
     assert page.locator("#preview-problems").inner_text() == ""
+
+    # picking more runs leaves the preview; a refused Preview removes it (it answered the old form)
+    page.get_by_label("Select run PO-3").check()
+    page.locator("#selected-0").filter(has_text="3 of 3").wait_for()
+    assert page.locator("section.preview").count() == 1
+    page.select_option("#do-0", "")
+    page.get_by_role("button", name="Preview", exact=True).click()
+    page.locator("#preview-problems .problem").wait_for()
+    assert page.locator("section.preview").count() == 0
 
 
 def test_a_wrong_count_is_refused_next_to_the_confirmation_then_apply_refreshes_the_dialog(
@@ -99,7 +108,7 @@ def test_a_wrong_count_is_refused_next_to_the_confirmation_then_apply_refreshes_
     open_dialog(page, live_server)
     pick(page, "PO-1", "PO-2", "PO-3")
     page.select_option("#do-0", "move:manager-review")
-    page.get_by_role("button", name="Preview").click()
+    page.get_by_role("button", name="Preview", exact=True).click()
     page.get_by_label(re.compile("Type 3 to confirm")).fill("2")
     page.get_by_role("button", name="Apply").click()
     alert = page.locator("#apply-problems .problem")
@@ -125,7 +134,7 @@ def test_a_stale_selection_is_refused(page: Page, live_server: Any, review_runs:
     page.select_option("#do-0", "end")
     operations.cancel(run_id=review_runs[0])  # meanwhile someone cancels PO-1
     executor.drain(budget_seconds=10)
-    page.get_by_role("button", name="Preview").click()
+    page.get_by_role("button", name="Preview", exact=True).click()
     alert = page.locator("#preview-problems .problem")
     alert.wait_for()
     assert "The selected runs are no longer parked there" in alert.inner_text()
@@ -144,6 +153,6 @@ def test_a_permission_taken_away_is_refused(
     alert.wait_for()
     assert "Not allowed" in alert.inner_text() and "workflows.migrate_runs" in alert.inner_text()
     page.select_option("#do-0", "end")
-    page.get_by_role("button", name="Preview").click()
+    page.get_by_role("button", name="Preview", exact=True).click()
     page.locator("#preview-problems .problem").filter(has_text="Not allowed").wait_for()
     assert not MigrationRecord.objects.exists()

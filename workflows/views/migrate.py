@@ -16,14 +16,16 @@ timer moved on meanwhile is listed, not forced. Every applied migration stays re
 record (who, when, why, source → target, rows, each run's outcome).
 
 The whole dialog is one form whose state lives in the page (htmx swaps fragments in place;
-each fragment is also a plain page without JavaScript). htmx swaps only 2xx answers, so an htmx
-request that is refused is answered in problem+json (title, detail; ``static/js/problems.js``
-shows it in the alert region next to the control that sent it); without htmx the same refusal
-is the HTML fragment with the same status. After Apply the answer also re-renders the positions
-from the database (out-of-band), so counts, graph badges and the selection never show runs
-that moved. Reads go through ``workflows.queries``,
+each fragment is also a plain page without JavaScript). Reads go through ``workflows.queries``,
 writes through ``workflows.operations``. Only users with the migrate runs capability
 (``workflows.access``) see or use it.
+
+htmx swaps only 2xx answers, so a refused htmx request is answered in problem+json (title,
+detail, violations) that ``static/js/problems.js`` shows in the alert region next to the control
+that sent it; without htmx the same refusal is the HTML fragment, with the same status. The
+answer to Apply (and the poll that sees the executor finish) also carries the dialog re-read
+from the database, swapped out of band, so counts, graph badges and the selection never show
+runs that moved.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ MAX_PICKED = 5000  # runs picked one by one; "all at this position" has no such 
 LARGE_BATCH = 100
 OUTCOMES_PAGE = 50
 INCOMPLETE = "The dialog is incomplete; open it again."
+PROBLEM_CONTENT_TYPE = "application/problem+json"
 
 KIND_LABELS = {
     "TASK": "approval",
@@ -77,9 +80,6 @@ ACTION_LABELS = {"move": "Move", "cancel": "Cancel", "end": "End"}
 
 def can_migrate(user: Any) -> bool:
     return access.has(user, Capability.MIGRATE)
-
-
-PROBLEM_CONTENT_TYPE = "application/problem+json"
 
 
 def _htmx(request: HttpRequest) -> bool:

@@ -14,7 +14,10 @@
 //   element (after its form when it is in one). Regions are role="alert" aria-live="assertive".
 // - data-clears="<CSS selector>" on the element itself (not inherited) names what else shows
 //   the answer to its earlier request (an older preview, say): emptied when it sends again.
-// - htmx:beforeRequest empties the region, so a message never outlives the next request.
+// - A violation whose pointer names a field of the request's form ("/do_1" for name="do_1")
+//   marks that field aria-invalid, so the row at fault is marked too.
+// - htmx:beforeRequest empties the region and the marks, so a message never outlives the next
+//   request.
 // Texts come from the answer: they are set with textContent only, never parsed as HTML.
 (function () {
   "use strict";
@@ -74,6 +77,25 @@
     return p;
   }
 
+  function fields(elt, violations) {
+    var form = elt.closest("form");
+    if (!form) return [];
+    return violations
+      .map(function (v) { return v && typeof v.pointer === "string" ? v.pointer.slice(1) : ""; })
+      .filter(function (name) { return name && name.indexOf("/") < 0; })
+      .map(function (name) { return form.querySelector("[name=\"" + CSS.escape(name) + "\"]"); })
+      .filter(Boolean);
+  }
+
+  function unmark(elt) {
+    var form = elt.closest("form");
+    if (!form) return;
+    form.querySelectorAll("[data-problem-marked]").forEach(function (field) {
+      field.removeAttribute("aria-invalid");
+      field.removeAttribute("data-problem-marked");
+    });
+  }
+
   function show(elt, problem) {
     var made = !region(elt, false);
     var target = region(elt, true);
@@ -84,6 +106,10 @@
     box.appendChild(paragraph("problem-title", problem.title));
     if (problem.detail) box.appendChild(paragraph("problem-detail", problem.detail));
     var violations = Array.isArray(problem.violations) ? problem.violations : [];
+    fields(elt, violations).forEach(function (field) {
+      field.setAttribute("aria-invalid", "true");
+      field.setAttribute("data-problem-marked", "");
+    });
     var messages = violations.map(function (v) { return v && v.message; }).filter(Boolean);
     if (messages.length) {
       var list = document.createElement("ul");
@@ -104,6 +130,7 @@
     var elt = event.detail.elt;
     var own = region(elt, false);
     if (own) own.replaceChildren();
+    unmark(elt);
     var stale = elt.hasAttribute("data-clears") ? document.querySelector(elt.getAttribute("data-clears")) : null;
     if (stale) stale.replaceChildren();
   });

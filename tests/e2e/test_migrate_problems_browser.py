@@ -73,6 +73,7 @@ def test_selected_runs_without_a_choice_are_refused_next_to_preview(
     text = alert.inner_text()
     assert "Choose what to do with the selected runs" in text and "Nothing was previewed." in text
     assert "Choose what to do with the runs selected at review." in text
+    assert page.locator("#do-0").get_attribute("aria-invalid") == "true"  # the row at fault
     page.locator("#preview-problems").scroll_into_view_if_needed()
     page.screenshot(path=str(_shots(tmp_path) / "migrate-error.png"), full_page=False)
     page.set_viewport_size({"width": 390, "height": 844})
@@ -86,6 +87,7 @@ def test_selected_runs_without_a_choice_are_refused_next_to_preview(
     page.get_by_role("button", name="Preview", exact=True).click()
     page.get_by_role("heading", name="Preview — nothing has changed yet").wait_for()
     assert page.locator("#preview-problems").inner_text() == ""
+    assert page.locator("#do-0").get_attribute("aria-invalid") is None
 
     # picking more runs leaves the preview; a refused Preview removes it (it answered the old form)
     page.get_by_label("Select run PO-3").check()

@@ -19,20 +19,32 @@ The whole dialog is one form whose state lives in the page (htmx swaps fragments
 each fragment is also a plain page without JavaScript). Reads go through ``workflows.queries``,
 writes through ``workflows.operations``. Only users with the migrate runs capability
 (``workflows.access``) see or use it.
+
+htmx swaps only 2xx answers, so a refused htmx request is answered in problem+json (title,
+detail, violations) that ``workflows/static/workflows/js/problems.js`` shows in the alert region next to the control
+that sent it; without htmx the same refusal is the HTML fragment, with the same status. The
+answer to Apply (and the poll that sees the executor finish) also carries the dialog re-read
+from the database, swapped out of band, so counts, graph badges and the selection never show
+runs that moved.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
+from functools import wraps
 from typing import Any
 
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from workflows import access, conf, definitions, operations, queries
 from workflows.access import Capability, page_requires
@@ -43,6 +55,8 @@ MAX_ROWS = 500  # positions are bounded by the graph; this only bounds a forged 
 MAX_PICKED = 5000  # runs picked one by one; "all at this position" has no such bound
 LARGE_BATCH = 100
 OUTCOMES_PAGE = 50
+INCOMPLETE = "The dialog is incomplete; open it again."
+PROBLEM_CONTENT_TYPE = "application/problem+json"
 
 KIND_LABELS = {
     "TASK": "approval",
@@ -68,11 +82,44 @@ def can_migrate(user: Any) -> bool:
     return access.has(user, Capability.MIGRATE)
 
 
-migrate_required = page_requires(Capability.MIGRATE)
-
-
 def _htmx(request: HttpRequest) -> bool:
     return bool(getattr(request, "htmx", False))
+
+
+def _problem(
+    status: int, code: str, title: str, detail: str, violations: list[dict[str, str]] | None = None
+) -> JsonResponse:
+    """A refusal for htmx: the body the API's problems have (value-free texts)."""
+    body = {
+        "type": f"urn:switchyard:problem:{code.lower().replace('_', '-')}",
+        "title": title,
+        "status": status,
+        "code": code,
+        "detail": detail,
+        "violations": violations or [],
+    }
+    return JsonResponse(body, status=status, content_type=PROBLEM_CONTENT_TYPE)
+
+
+def migrate_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """``page_requires(MIGRATE)``, told to htmx in its own terms: a signed-out visitor's request
+    sends the whole page to the sign-in form (never the form swapped into the dialog), a user
+    without the capability gets a 403 problem."""
+    guarded = page_requires(Capability.MIGRATE)(view)
+
+    @wraps(guarded)
+    def answer(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not _htmx(request):
+            return guarded(request, *args, **kwargs)
+        if not getattr(request.user, "is_authenticated", False):
+            page = getattr(getattr(request, "htmx", None), "current_url_abs_path", None) or request.get_full_path()
+            return HttpResponseClientRedirect(redirect_to_login(page)["Location"])
+        try:
+            return guarded(request, *args, **kwargs)
+        except PermissionDenied:
+            return _problem(403, "FORBIDDEN", "Not allowed", f"Nothing was done: {access.refusal(Capability.MIGRATE)}.")
+
+    return answer
 
 
 def _int(value: Any) -> int | None:
@@ -141,16 +188,33 @@ def dialog(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse
     asked_source, asked_target = _int(request.GET.get("source")), _int(request.GET.get("target"))
     source = asked_source if asked_source in known and asked_source is not None else default_source
     target = asked_target if asked_target in known and asked_target is not None else default_target
-    context = {
+    context = _dialog_context(scope, definition_id, source, target, revisions, by_revision)
+    if _htmx(request) and request.headers.get("HX-Target") == "pair":
+        return render(request, "workflows/migrate/_pair.html", {**context, "clear_result": True})
+    return render(request, "workflows/migrate/dialog.html", context)
+
+
+def _dialog_context(
+    scope: str,
+    definition_id: str,
+    source: int,
+    target: int,
+    revisions: list[dict[str, Any]] | None = None,
+    by_revision: dict[int, list[Any]] | None = None,
+) -> dict[str, Any]:
+    """What the dialog draws for one pair of revisions, read from the database now."""
+    if by_revision is None:
+        by_revision = queries.migration_positions_by_revision(scope=scope, definition_id=definition_id)
+    if revisions is None:
+        revisions = _revisions(scope, definition_id, by_revision)
+    return {
         "scope": scope,
         "definition_id": definition_id,
         "revisions": revisions,
         "total_parked": sum(r["parked"] for r in revisions),
+        "urls": _urls(scope, definition_id),
         **_pair(scope, definition_id, source, target, revisions, by_revision.get(source, [])),
     }
-    if _htmx(request) and request.headers.get("HX-Target") == "pair":
-        return render(request, "workflows/migrate/_pair.html", context)
-    return render(request, "workflows/migrate/dialog.html", context)
 
 
 def _pair(
@@ -227,7 +291,9 @@ def picker(request: HttpRequest, scope: str, definition_id: str, i: int) -> Http
     source = _int(data.get("source"))
     node, kind = str(data.get(f"node_{i}", ""))[:255], str(data.get(f"kind_{i}", ""))[:8]
     if source is None or not node or not kind:
-        return HttpResponse("The dialog is incomplete; open it again.", status=400)
+        if _htmx(request):
+            return _problem(400, "INCOMPLETE", "The dialog is incomplete", INCOMPLETE)
+        return HttpResponse(INCOMPLETE, status=400)
     count = _int(data.get(f"count_{i}")) or 0
     search = " ".join(str(data.get(f"q_{i}", "")).split())[:255]
     page_offset = _int(data.get(f"page_offset_{i}"))
@@ -281,9 +347,10 @@ def picker(request: HttpRequest, scope: str, definition_id: str, i: int) -> Http
 # --- preview ------------------------------------------------------------------------------------
 
 
-def _rows_from(data: QueryDict) -> tuple[list[dict[str, Any]], list[str]]:
+def _rows_from(data: QueryDict) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The rows the form asks for, and a violation per row with runs selected but no action."""
     rows: list[dict[str, Any]] = []
-    problems: list[str] = []
+    problems: list[dict[str, str]] = []
     n = min(_int(data.get("rows")) or 0, MAX_ROWS)
     for i in range(n):
         node, kind = str(data.get(f"node_{i}", ""))[:255], str(data.get(f"kind_{i}", ""))[:8]
@@ -298,7 +365,13 @@ def _rows_from(data: QueryDict) -> tuple[list[dict[str, Any]], list[str]]:
         elif do in ("cancel", "end"):
             action, target_node = do, ""
         else:
-            problems.append(f"Choose what to do with the runs selected at {node}.")
+            problems.append(
+                {
+                    "pointer": f"/do_{i}",
+                    "type": "required",
+                    "message": f"Choose what to do with the runs selected at {node}.",
+                }
+            )
             continue
         rows.append({"node": node, "kind": kind, "action": action, "target_node": target_node, "runs": runs})
     return rows, problems
@@ -310,10 +383,14 @@ def preview(request: HttpRequest, scope: str, definition_id: str) -> HttpRespons
     data = request.POST
     source, target = _int(data.get("source")), _int(data.get("target"))
     if source is None or target is None:
-        return _message(request, "The dialog is incomplete; open it again.", status=400)
+        return _refuse(request, 400, "INCOMPLETE", "The dialog is incomplete", INCOMPLETE)
     rows, problems = _rows_from(data)
     if problems:
-        return _message(request, " ".join(problems), status=422, tone="error")
+        if _htmx(request):
+            return _problem(
+                422, "NO_ACTION", "Choose what to do with the selected runs", "Nothing was previewed.", problems
+            )
+        return _message(request, " ".join(p["message"] for p in problems), status=422, tone="error")
     reason = " ".join(str(data.get("reason", "")).split())[:500]
     try:
         record_id = operations.migration_preview(
@@ -326,7 +403,16 @@ def preview(request: HttpRequest, scope: str, definition_id: str) -> HttpRespons
             reason=reason,
         )
     except InvalidPayload as error:
-        return _message(request, _violations(error), status=422, tone="error")
+        return _refuse(request, 422, "INVALID_PAYLOAD", "The selection could not be frozen", _violations(error))
+    if record_id is None and rows:
+        return _refuse(
+            request,
+            409,
+            "SELECTION_STALE",
+            "The selected runs are no longer parked there",
+            "An approver, a timer or another migration moved them on since they were selected; nothing was "
+            "frozen. Reload the dialog to see where runs are parked now.",
+        )
     if record_id is None:
         return _message(
             request,
@@ -424,42 +510,52 @@ def apply(request: HttpRequest, record_id: int) -> HttpResponse:
     try:
         operations.migration_apply(record_id=record_id, actor=request.user, confirm=confirm)
     except InvalidPayload:
-        return _render_preview(
-            request,
-            record_id,
-            status=422,
-            error="Type the number of runs exactly as shown to confirm a batch this large. Nothing was applied.",
-        )
+        text = "Type the number of runs exactly as shown to confirm a batch this large. Nothing was applied."
+        if _htmx(request):
+            return _problem(422, "CONFIRM_MISMATCH", "The number typed is not the number of runs", text)
+        return _render_preview(request, record_id, status=422, error=text)
     except MigrationIllegalState:
-        return _message(
-            request, "This preview was discarded or no longer exists; nothing was applied.", status=409, tone="error"
+        return _refuse(
+            request,
+            409,
+            "MIGRATION_ILLEGAL_STATE",
+            "This preview is gone",
+            "This preview was discarded or no longer exists; nothing was applied.",
         )
     except (LockTimeout, PersistenceError):
-        return _message(
+        return _refuse(
             request,
+            503,
+            "BUSY",
+            "The database is busy",
             "The database is busy; nothing more was applied. Press Apply again in a moment.",
-            status=503,
-            tone="error",
         )
-    return _render_progress(request, record_id)
+    return _render_progress(request, record_id, fresh=True)
 
 
 @migrate_required
 @require_GET
 def progress(request: HttpRequest, record_id: int) -> HttpResponse:
-    return _render_progress(request, record_id)
+    return _render_progress(request, record_id, fresh=False)
 
 
-def _render_progress(request: HttpRequest, record_id: int) -> HttpResponse:
+def _render_progress(request: HttpRequest, record_id: int, *, fresh: bool) -> HttpResponse:
+    """The progress of a migration. For htmx, an Apply (``fresh``) and the poll that sees the
+    executor finish also carry the dialog re-read from the database, swapped out of band."""
     try:
         state = operations.migration_progress(record_id=record_id)
     except MigrationIllegalState:
         raise Http404("no such migration") from None
     record = queries.migration_record(record_id=record_id)
+    dialog: dict[str, Any] = {}
+    if _htmx(request) and (fresh or not state.in_flight):
+        dialog = _dialog_context(record.scope, record.definition_id, record.source_version, record.target_version)
     trouble = _labelled(
         queries.migration_items(record_id=record_id).filter(status__in=["MOVED_ON", "REJECTED"])[:OUTCOMES_PAGE]
     )
     context = {
+        **dialog,
+        "fresh": bool(dialog),
         "record": record,
         "progress": state,
         "counts": [
@@ -483,6 +579,14 @@ def discard(request: HttpRequest, record_id: int) -> HttpResponse:
 
 def _message(request: HttpRequest, text: str, *, status: int = 200, tone: str = "info") -> HttpResponse:
     return render(request, "workflows/migrate/_message.html", {"text": text, "tone": tone}, status=status)
+
+
+def _refuse(request: HttpRequest, status: int, code: str, title: str, text: str) -> HttpResponse:
+    """A refusal: problem+json for htmx (swapped nowhere, shown in the control's alert region),
+    the error message fragment otherwise."""
+    if _htmx(request):
+        return _problem(status, code, title, text)
+    return _message(request, text, status=status, tone="error")
 
 
 # --- records ---------------------------------------------------------------------------------

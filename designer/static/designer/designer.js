@@ -75,7 +75,8 @@
   });
 
   // A refused step form comes back as 422 with its errors, a rate-limited live check as 429 with
-  // when to try again: show them (htmx swaps only 2xx by default).
+  // when to try again: swap them in place (htmx swaps only 2xx by default). Clearing isError
+  // keeps static/js/problems.js out of it; every other refusal is shown there.
   document.addEventListener("htmx:beforeSwap", function (event) {
     if (event.detail.xhr.status === 422 || event.detail.xhr.status === 429) {
       event.detail.shouldSwap = true;

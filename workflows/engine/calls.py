@@ -17,7 +17,7 @@ from typing import Any
 from workflows import conf
 from workflows.definitions import plan as p
 from workflows.engine import db, driver, segment, teardown, waits
-from workflows.engine.drive import DeterministicFailure, Drive
+from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.evaluate import apply_set, evaluate
 from workflows.engine.nodes.base import END, WAIT, Outcome
 from workflows.exceptions import WorkflowError

@@ -11,7 +11,7 @@ from typing import Any
 
 from workflows.definitions import plan as p
 from workflows.engine import db
-from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
+from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
 from workflows.engine.nodes import decision, effects, human_task, service, terminal, timer, wait_signal
 from workflows.engine.nodes.base import BRANCH_DONE, END, WAIT, Next, Outcome
 

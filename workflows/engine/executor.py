@@ -20,7 +20,7 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from workflows import conf
 from workflows.definitions.plan import Plan
 from workflows.engine import db, effects, faults, locks, observers, outbox, outcomes, segment
-from workflows.engine.drive import DeadlineExceeded, DeterministicFailure, InitialisationFailed, StepLimitExceeded
+from workflows.engine.context import DeadlineExceeded, DeterministicFailure, InitialisationFailed, StepLimitExceeded
 from workflows.exceptions import DefinitionError, UnknownTypeName, VersionNotRunnable, WorkflowError
 
 log = logging.getLogger("workflows.engine")
@@ -261,7 +261,7 @@ def _claim_slow(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | N
 
 
 def _settle_at_claim(run: dict[str, Any], cmd: dict[str, Any], decision: str) -> None:
-    from workflows.engine.drive import Drive
+    from workflows.engine.context import Drive
 
     drive = Drive.for_run(run, None, segment.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
     settle = segment.settle_by_outcome(drive, cmd, decision)
@@ -275,7 +275,7 @@ def _settle_at_claim(run: dict[str, Any], cmd: dict[str, Any], decision: str) ->
 
 
 def _dead_letter(run: dict[str, Any], cmd: dict[str, Any]) -> None:
-    from workflows.engine.drive import Drive
+    from workflows.engine.context import Drive
 
     drive = Drive.for_run(run, None, segment.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
     drive.history.add("COMMAND_DEAD", command_id=cmd["id"], actor=drive.actor, outcome="MAX_ATTEMPTS")
@@ -318,7 +318,7 @@ def defer(head: Head) -> int:
         count = int(row[0])
         if count == 1:
             from workflows.engine.actors import NONE
-            from workflows.engine.drive import Drive
+            from workflows.engine.context import Drive
 
             drive = Drive.for_run(run, None, NONE, executor_id=executor_id())
             drive.history.add(
@@ -375,7 +375,7 @@ def _outcome_unknown(head: Head, token: Any) -> None:
 
 def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: float) -> None:
     """Settle FAILED in a transaction of its own; fail the run for START/RETRY/TIMER/overruns."""
-    from workflows.engine.drive import Drive
+    from workflows.engine.context import Drive
 
     margin = _margin()
     while True:

@@ -17,7 +17,7 @@ from typing import Any
 
 from workflows.definitions import plan as p
 from workflows.engine import db, driver, segment, waits
-from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
+from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
 from workflows.engine.evaluate import apply_set
 from workflows.engine.nodes.base import BRANCH_DONE, END, WAIT, Outcome
 

@@ -45,7 +45,7 @@ from workflows.definitions.expressions import placeholders
 from workflows.definitions.plan import Plan
 from workflows.engine import db, driver, locks, observers, segment, teardown, waits
 from workflows.engine.actors import Actor
-from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
+from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
 from workflows.exceptions import (
     InvalidPayload,
     MigrationIllegalState,

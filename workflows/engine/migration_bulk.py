@@ -27,7 +27,7 @@ from workflows.definitions import plan as p
 from workflows.definitions.plan import Plan
 from workflows.engine import commands, db, history, observers, segment, wakeups
 from workflows.engine.actors import TIMER, Actor
-from workflows.engine.drive import DeterministicFailure, Drive
+from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.nodes import human_task
 from workflows.engine.nodes.timer import delay_of
 from workflows.exceptions import WorkflowError

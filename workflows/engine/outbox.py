@@ -22,7 +22,7 @@ from django.db import connection, transaction
 
 from workflows.engine import db, faults, mail, wakeups, webhooks
 from workflows.engine.actors import Actor
-from workflows.engine.drive import Drive
+from workflows.engine.context import Drive
 
 log = logging.getLogger("workflows.engine")
 MAX_DELIVERY_ATTEMPTS = 10

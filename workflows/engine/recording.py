@@ -16,7 +16,7 @@ from typing import Any
 from workflows import conf
 from workflows.engine import bounds, commands, db, locks, observers, teardown, wakeups
 from workflows.engine.actors import NONE, Actor, sanitise
-from workflows.engine.drive import Drive
+from workflows.engine.context import Drive
 from workflows.engine.segment import named
 from workflows.exceptions import (
     IdempotencyConflict,

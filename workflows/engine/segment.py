@@ -22,7 +22,7 @@ from workflows.definitions import plan as p
 from workflows.definitions.plan import Plan
 from workflows.engine import commands, db, driver, faults, locks, observers, outbox, outcomes, teardown, waits
 from workflows.engine.actors import Actor
-from workflows.engine.drive import (
+from workflows.engine.context import (
     DeterministicFailure,
     Drive,
     InitialisationFailed,

@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from workflows.engine import commands, db, locks, observers, outbox, outcomes
 from workflows.engine.actors import Actor
-from workflows.engine.drive import Drive
+from workflows.engine.context import Drive
 from workflows.engine.history import HistoryBuffer
 
 ENDED = ("COMPLETED", "CANCELLED", "COMPENSATED", "EXPIRED")

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import connection
 
 from workflows.engine import commands, db, wakeups
-from workflows.engine.drive import Drive
+from workflows.engine.context import Drive
 
 OPEN_PARK = (
     "INSERT INTO workflow_parks (run_id, scope, definition_id, version, node, kind, branch_id, since, left_how, "

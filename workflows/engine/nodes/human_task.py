@@ -9,7 +9,7 @@ from typing import Any
 
 from workflows.definitions.plan import Assignment, HumanTaskStep
 from workflows.engine import commands, db, outbox, waits
-from workflows.engine.drive import DeterministicFailure, Drive
+from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.evaluate import evaluate, render
 from workflows.engine.nodes.base import WAIT, Outcome
 from workflows.engine.nodes.timer import delay_of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from workflows.definitions.plan import CompleteStep, EndStep, FailStep
 from workflows.engine import outbox, teardown
-from workflows.engine.drive import Drive
+from workflows.engine.context import Drive
 from workflows.engine.evaluate import evaluate
 from workflows.engine.nodes.base import BRANCH_DONE, END, Outcome
 

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from workflows.definitions.plan import Delay, TimerStep
 from workflows.engine import waits
-from workflows.engine.drive import DeterministicFailure, Drive
+from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.evaluate import evaluate
 from workflows.engine.nodes.base import WAIT, Outcome
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from workflows.definitions.plan import WaitSignalStep
 from workflows.engine import waits
-from workflows.engine.drive import Drive
+from workflows.engine.context import Drive
 from workflows.engine.nodes.base import WAIT, Outcome
 from workflows.engine.nodes.timer import delay_of
 

@@ -19,7 +19,7 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 
 from workflows import conf
 from workflows.definitions.plan import Plan
-from workflows.engine import db, effects, faults, locks, observers, outbox, outcomes, segment
+from workflows.engine import db, effects, faults, locks, observers, outbox, outcomes, segment, settlement
 from workflows.engine.context import DeadlineExceeded, DeterministicFailure, InitialisationFailed, StepLimitExceeded
 from workflows.exceptions import DefinitionError, UnknownTypeName, VersionNotRunnable, WorkflowError
 
@@ -263,7 +263,7 @@ def _claim_slow(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | N
 def _settle_at_claim(run: dict[str, Any], cmd: dict[str, Any], decision: str) -> None:
     from workflows.engine.context import Drive
 
-    drive = Drive.for_run(run, None, segment.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
+    drive = Drive.for_run(run, None, settlement.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
     settle = segment.settle_by_outcome(drive, cmd, decision)
     drive.save()
     db.execute(
@@ -277,7 +277,7 @@ def _settle_at_claim(run: dict[str, Any], cmd: dict[str, Any], decision: str) ->
 def _dead_letter(run: dict[str, Any], cmd: dict[str, Any]) -> None:
     from workflows.engine.context import Drive
 
-    drive = Drive.for_run(run, None, segment.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
+    drive = Drive.for_run(run, None, settlement.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
     drive.history.add("COMMAND_DEAD", command_id=cmd["id"], actor=drive.actor, outcome="MAX_ATTEMPTS")
     if cmd["kind"] == "SIGNAL":
         drive.run["open_signals"] = max(0, int(run["open_signals"]) - 1)
@@ -392,13 +392,15 @@ def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: fl
                 if effects.has_marker(head.id, token):
                     _outcome_unknown(head, token)
                     return
-                drive = Drive.for_run(run, None, segment.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
+                drive = Drive.for_run(
+                    run, None, settlement.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id()
+                )
                 drive.history.add(
                     "COMMAND_FAILED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":", 1)[0]
                 )
                 fails_run = step_limit or cmd["kind"] in ("START", "RETRY", "TIMER")
                 if cmd["kind"] in ("COMPLETION",) and cmd.get("task_id"):
-                    segment._reopen(cmd)
+                    settlement.reopen(cmd)
                 if cmd["kind"] == "SIGNAL":
                     run["open_signals"] = max(0, int(run["open_signals"]) - 1)
                 if fails_run and run["status"] not in ("COMPLETED", "CANCELLED", "COMPENSATED", "EXPIRED"):
@@ -528,7 +530,7 @@ def _disposed(exc: Exception, head: Head, token: Any, deadline: float, margin: f
             _retry_transient(head, token, f"TRANSIENT: {exc.code}")
             return "TRANSIENT"
         reason = (
-            segment._failure_reason(exc)
+            settlement.failure_reason(exc)
             if not isinstance(exc, WorkflowError)
             else (f"DETERMINISTIC_FAILURE: {exc.code}")
         )

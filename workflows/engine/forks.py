@@ -16,15 +16,20 @@ import copy
 from typing import Any
 
 from workflows.definitions import plan as p
-from workflows.engine import db, driver, segment, waits
+from workflows.engine import db, decisions, driver, teardown, timers, waits
 from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
 from workflows.engine.evaluate import apply_set
 from workflows.engine.nodes.base import BRANCH_DONE, END, WAIT, Outcome
+from workflows.engine.settlement import Settle, completed, failure_reason, named, received, reopen
+
+# A branch that can take no more signals: it reached its join, failed, was cancelled with
+# its run, or was superseded (the join decided without it, or its fork was entered again).
+BRANCH_ENDED = ("COMPLETED", "FAILED", "CANCELLED", "SUPERSEDED")
 
 BRANCH_COLUMNS = "id, run_id, fork_step, branch_id, generation, status, current_step, wait, state, result, attempts"
 
 
-def _branches(run_id: Any, fork_step: str) -> list[dict[str, Any]]:
+def fork_branches(run_id: Any, fork_step: str) -> list[dict[str, Any]]:
     return db.fetchdicts(
         f"SELECT {BRANCH_COLUMNS} FROM workflow_branches WHERE run_id = %s AND fork_step = %s ORDER BY id",
         [run_id, fork_step],
@@ -47,53 +52,14 @@ def _save_branch(branch: dict[str, Any]) -> None:
     )
 
 
-def _join_step(plan: p.Plan, fork: p.ForkStep) -> p.JoinStep:
+def join_step(plan: p.Plan, fork: p.ForkStep) -> p.JoinStep:
     join = plan.steps.get(fork.join)
     if not isinstance(join, p.JoinStep):
         raise DeterministicFailure(f"DETERMINISTIC_FAILURE: fork {fork.id} has no join step")
     return join
 
 
-def execute_fork(drive: Drive, step: p.ForkStep) -> Outcome:
-    plan = drive.plan
-    assert plan is not None
-    if drive.branch is not None:
-        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: fork {step.id} inside a branch is not supported")
-    join = _join_step(plan, step)
-    required = {"all": len(step.branches), "any": 1}.get(join.policy, join.count or len(step.branches))
-    base = copy.deepcopy(drive.run["state"])
-    # a fork entered again (a loop) starts a new generation of its branches and join
-    db.execute("DELETE FROM workflow_joins WHERE run_id = %s AND fork_step = %s", [drive.run["id"], step.id])
-    db.execute(
-        "UPDATE workflow_branches SET status = 'SUPERSEDED', generation = generation + 1, branch_id = branch_id || "
-        "'#' || id WHERE run_id = %s AND fork_step = %s",
-        [drive.run["id"], step.id],
-    )
-    db.execute(
-        "INSERT INTO workflow_joins (run_id, fork_step, join_step, policy, required, decided, outcome, base) "
-        "VALUES (%s,%s,%s,%s,%s,false,'',%s)",
-        [drive.run["id"], step.id, join.id, join.policy, required, db.jsonb(base)],
-    )
-    for start in step.branches:
-        db.execute(
-            "INSERT INTO workflow_branches (run_id, fork_step, branch_id, generation, status, current_step, wait, "
-            "state, result, attempts, created_at, updated_at) VALUES (%s,%s,%s,1,'RUNNING',%s,NULL,%s,NULL,0,now(),"
-            "now())",
-            [drive.run["id"], step.id, start, start, db.jsonb(base)],
-        )
-    drive.decide(step=step.id, outcome="fork-dispatched")
-    waits.enter(drive, step=join.id, kind="join", park_kind="JOIN", outcome="wait-join", fork=step.id)
-    drive.run["current_step"] = step.id
-    for branch in _branches(drive.run["id"], step.id):
-        if branch["status"] == "RUNNING":
-            start = branch["current_step"]
-            _drive_branch(drive, branch, join, lambda start=start: driver.run_from(drive, start))
-            if drive.run["status"] not in ("WAITING", "RUNNING"):
-                return END  # an `end` inside a branch terminated the run
-    return decide_join(drive, step.id)
-
-
-def _drive_branch(drive: Drive, branch: dict[str, Any], join: p.JoinStep, body: Any) -> None:
+def drive_branch(drive: Drive, branch: dict[str, Any], join: p.JoinStep, body: Any) -> None:
     with drive.in_branch(branch, join.id):
         outcome = body()
         if outcome is WAIT:
@@ -171,8 +137,6 @@ def _retry_branch(drive: Drive, branch: dict[str, Any]) -> bool:
 
 
 def _supersede(drive: Drive, branches: list[dict[str, Any]]) -> None:
-    from workflows.engine import teardown
-
     superseded = [b for b in branches if b["status"] in ("RUNNING", "WAITING")]
     # the runs these branches called go first, while their waits still name them
     teardown.cancel_branch_children(drive, superseded, reason="branch superseded")
@@ -210,7 +174,7 @@ def decide_join(drive: Drive, fork_step: str) -> Outcome:
     )
     if join_row is None or join_row["decided"]:
         return WAIT
-    branches = _branches(drive.run["id"], fork_step)
+    branches = fork_branches(drive.run["id"], fork_step)
     live = [b for b in branches if b["status"] != "SUPERSEDED"]
     done = [b for b in live if b["status"] == "COMPLETED"]
     failed = [b for b in live if b["status"] == "FAILED"]
@@ -249,8 +213,6 @@ def decide_join(drive: Drive, fork_step: str) -> Outcome:
     drive.decide(step=join.id, outcome="join-failed")
     if join.on_failure:
         return driver.run_from(drive, join.on_failure)
-    from workflows.engine import teardown
-
     drive.history.add(
         "WORKFLOW_FAILED", step=join.id, command_id=drive.command_id, actor=drive.actor, outcome="BRANCH_FAILED"
     )
@@ -271,7 +233,7 @@ def _merge_changes(state: Any, base: Any, results: list[Any]) -> Any:
     return merged
 
 
-def _find_branch(drive: Drive, branch_id: str) -> dict[str, Any] | None:
+def find_branch(drive: Drive, branch_id: str) -> dict[str, Any] | None:
     rows = db.fetchdicts(
         f"SELECT {BRANCH_COLUMNS} FROM workflow_branches WHERE run_id = %s AND branch_id = %s "
         "ORDER BY id DESC LIMIT 1 FOR UPDATE",
@@ -280,46 +242,46 @@ def _find_branch(drive: Drive, branch_id: str) -> dict[str, Any] | None:
     return rows[0] if rows else None
 
 
-def _continue_in_branch(drive: Drive, branch: dict[str, Any], body: Any) -> Outcome:
+def continue_in_branch(drive: Drive, branch: dict[str, Any], body: Any) -> Outcome:
     plan = drive.plan
     assert plan is not None
     fork = plan.steps.get(branch["fork_step"])
     assert isinstance(fork, p.ForkStep)
-    join = _join_step(plan, fork)
-    _drive_branch(drive, branch, join, body)
+    join = join_step(plan, fork)
+    drive_branch(drive, branch, join, body)
     if drive.run["status"] not in ("WAITING", "RUNNING"):
         return END
     return decide_join(drive, fork.id)
 
 
-def apply_branch_signal(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
+def apply_branch_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
     target = cmd["target"] or {}
     name, branch_id = target.get("name", ""), target.get("branch", "")
-    branch = _find_branch(drive, branch_id)
-    if branch is None or branch["status"] in segment.BRANCH_ENDED:
+    branch = find_branch(drive, branch_id)
+    if branch is None or branch["status"] in BRANCH_ENDED:
         drive.history.add(
             "COMMAND_STALE",
             command_id=cmd["id"],
             actor=drive.actor,
             outcome="BRANCH_ENDED",
-            branch_id=branch_id if segment.named(branch_id) == branch_id else "",
+            branch_id=branch_id if named(branch_id) == branch_id else "",
         )
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-        return segment.Settle("STALE", "BRANCH_ENDED: the addressed branch has ended")
+        return Settle("STALE", "BRANCH_ENDED: the addressed branch has ended")
     wait = branch["wait"]
     if (
         branch["status"] != "WAITING"
         or not driver.accepts(wait, name)
-        or driver.deadline_blocked(drive.run["id"], wait or {}, cmd["recorded_at"])
+        or timers.deadline_blocked(drive.run["id"], wait or {}, cmd["recorded_at"])
     ):
         drive.history.add(
             "SIGNAL_PARKED",
             command_id=cmd["id"],
             actor=drive.actor,
             branch_id=branch["branch_id"],
-            payload={"signal": segment.named(name)},
+            payload={"signal": named(name)},
         )
-        return segment.Settle("PARKED")
+        return Settle("PARKED")
     try:
         with drive.savepoint():
             drive.history.add(
@@ -327,22 +289,22 @@ def apply_branch_signal(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
                 command_id=cmd["id"],
                 actor=drive.actor,
                 branch_id=branch["branch_id"],
-                payload={"signal": segment.named(name), "payload": cmd["payload"]},
+                payload={"signal": named(name), "payload": cmd["payload"]},
             )
-            outcome = _continue_in_branch(
+            outcome = continue_in_branch(
                 drive, branch, lambda: driver.apply_signal(drive, name=name, payload=cmd["payload"])
             )
     except (DeterministicFailure, StepLimitExceeded) as exc:
-        reason = segment._failure_reason(exc)
+        reason = failure_reason(exc)
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-        return segment.Settle("REJECTED", reason)
+        return Settle("REJECTED", reason)
     drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-    segment._after_drive(drive, outcome)
-    return segment._completed(drive, cmd)
+    driver.after_drive(drive, outcome)
+    return completed(drive, cmd)
 
 
-def route_instance_signal(drive: Drive, cmd: dict[str, Any]) -> segment.Settle | None:
+def route_instance_signal(drive: Drive, cmd: dict[str, Any]) -> Settle | None:
     """An instance-addressed signal while the run waits at a join: deliver it to the one
     waiting branch that accepts it (None when there is not exactly one)."""
     wait = drive.run["wait"] or {}
@@ -351,7 +313,7 @@ def route_instance_signal(drive: Drive, cmd: dict[str, Any]) -> segment.Settle |
     name = (cmd["target"] or {}).get("name", "")
     waiting = [
         b
-        for b in _branches(drive.run["id"], wait.get("fork", ""))
+        for b in fork_branches(drive.run["id"], wait.get("fork", ""))
         if b["status"] == "WAITING" and driver.accepts(b["wait"], name)
     ]
     if len(waiting) != 1:
@@ -361,45 +323,24 @@ def route_instance_signal(drive: Drive, cmd: dict[str, Any]) -> segment.Settle |
     return apply_branch_signal(drive, routed)
 
 
-def apply_branch_completion(drive: Drive, cmd: dict[str, Any], task: dict[str, Any]) -> segment.Settle:
-    branch = _find_branch(drive, task["branch_id"])
+def apply_branch_completion(drive: Drive, cmd: dict[str, Any], task: dict[str, Any]) -> Settle:
+    branch = find_branch(drive, task["branch_id"])
     target = cmd["target"] or {}
     if branch is None or branch["status"] != "WAITING":
-        segment._reopen(cmd)
+        reopen(cmd)
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="BRANCH_ENDED")
-        return segment.Settle("REJECTED", "BRANCH_ENDED: the task's branch is no longer waiting")
-    segment._received(drive, cmd)
+        return Settle("REJECTED", "BRANCH_ENDED: the task's branch is no longer waiting")
+    received(drive, cmd)
     try:
         with drive.savepoint():
-            outcome = _continue_in_branch(drive, branch, lambda: segment.apply_decision(drive, task, target))
+            outcome = continue_in_branch(drive, branch, lambda: decisions.apply_decision(drive, task, target))
     except (DeterministicFailure, StepLimitExceeded) as exc:
-        reason = segment._failure_reason(exc)
-        segment._reopen(cmd)
+        reason = failure_reason(exc)
+        reopen(cmd)
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
-        return segment.Settle("REJECTED", reason)
-    segment._after_drive(drive, outcome)
-    return segment._completed(drive, cmd)
-
-
-def apply_branch_timer(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any]) -> segment.Settle:
-    branch = _find_branch(drive, timer["branch_id"])
-    if branch is None or branch["status"] != "WAITING":
-        db.execute("UPDATE workflow_timers SET status = 'STALE' WHERE id = %s", [timer["id"]])
-        drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="BRANCH_ENDED")
-        return segment.Settle("STALE", "BRANCH_ENDED: the timer's branch is no longer waiting")
-    result: dict[str, Any] = {}
-
-    def body() -> Any:
-        settle = segment.fire_timer(drive, cmd, timer)
-        result["settle"] = settle
-        return result.get("outcome", WAIT) if settle.status != "COMPLETE" else drive.last_outcome
-
-    outcome = _continue_in_branch(drive, branch, body)
-    settle: segment.Settle = result["settle"]
-    if settle.status != "COMPLETE":
-        return settle
-    segment._after_drive(drive, outcome)
-    return settle
+        return Settle("REJECTED", reason)
+    driver.after_drive(drive, outcome)
+    return completed(drive, cmd)
 
 
 def drain_waiting_branches(drive: Drive) -> None:
@@ -412,25 +353,10 @@ def drain_waiting_branches(drive: Drive) -> None:
     fork = plan.steps.get(str(wait.get("fork") or ""))
     if wait.get("kind") != "join" or not isinstance(fork, p.ForkStep) or not int(drive.run["open_signals"] or 0):
         return  # not at a join, or nothing parked (a parked signal holds an open-signal slot)
-    join = _join_step(plan, fork)
-    for branch in _branches(drive.run["id"], fork.id):
+    join = join_step(plan, fork)
+    for branch in fork_branches(drive.run["id"], fork.id):
         if branch["status"] == "WAITING" and (branch["wait"] or {}).get("kind") == "signal":
-            _drive_branch(drive, branch, join, lambda: WAIT)
+            drive_branch(drive, branch, join, lambda: WAIT)
             if drive.run["status"] not in ("WAITING", "RUNNING"):
                 return  # an `end` in the branch terminated the run
-    segment._after_drive(drive, decide_join(drive, fork.id))
-
-
-def install() -> None:
-    segment.branch_handler = apply_branch_signal
-    segment.join_drainer = drain_waiting_branches
-    segment.instance_signal_router = route_instance_signal
-    segment.completion_branch_handler = apply_branch_completion
-    segment.timer_branch_handler = apply_branch_timer
-    driver.register_node(p.ForkStep, execute_fork)
-    driver.register_node(p.JoinStep, _join_reached)
-
-
-def _join_reached(drive: Drive, step: p.JoinStep) -> Outcome:
-    # only a branch's path reaches a join, and the driver stops it there first
-    raise DeterministicFailure(f"DETERMINISTIC_FAILURE: join {step.id} reached outside its fork")
+    driver.after_drive(drive, decide_join(drive, fork.id))

@@ -1,6 +1,6 @@
 """Migration of runs: the MIGRATION command's handler and the position-based bulk migration.
 
-The handler (installed as ``segment.migration_handler``) runs in the segment of a MIGRATION
+The handler (``segment.APPLY['MIGRATION']``) runs in the segment of a MIGRATION
 command, under the run's execution lock. Its target (written by ``recording.migrate``) is
 ``{version, scope, step, action, migration, expected_step, expected_version}``:
 
@@ -43,9 +43,10 @@ from workflows import conf
 from workflows.definitions import plan as p
 from workflows.definitions.expressions import placeholders
 from workflows.definitions.plan import Plan
-from workflows.engine import db, driver, locks, observers, segment, teardown, waits
+from workflows.engine import db, driver, locks, observers, teardown, waits
 from workflows.engine.actors import Actor
 from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
+from workflows.engine.settlement import Settle, completed, received
 from workflows.exceptions import (
     InvalidPayload,
     MigrationIllegalState,
@@ -98,13 +99,13 @@ def actor_label(actor: Actor) -> str:
     return (actor.id or actor.kind.lower() or "none")[:255]
 
 
-def apply_migration(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
-    """The MIGRATION command's segment (``segment.migration_handler``)."""
+def apply_migration(drive: Drive, cmd: dict[str, Any]) -> Settle:
+    """The MIGRATION command's segment (``segment.APPLY``)."""
     run = drive.run
     target = cmd["target"] or {}
     action = str(target.get("action") or "move")
     migration_id = target.get("migration")
-    segment._received(drive, cmd)
+    received(drive, cmd)
     expected_step = target.get("expected_step")
     expected_version = target.get("expected_version")
     if expected_step is not None and (
@@ -114,29 +115,29 @@ def apply_migration(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
     ):
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="MOVED_ON")
         _settle_item(migration_id, run["id"], "MOVED_ON", "MOVED_ON", cmd["id"])
-        return segment.Settle("STALE", "MOVED_ON: the run has moved on since it was selected")
+        return Settle("STALE", "MOVED_ON: the run has moved on since it was selected")
     try:
         with drive.savepoint():
             outcome = _apply(drive, cmd, target, action)
     except _Rejected as rejected:
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="MIGRATION_REJECTED")
         _settle_item(migration_id, run["id"], "REJECTED", "MIGRATION_REJECTED", cmd["id"])
-        return segment.Settle("REJECTED", f"MIGRATION_REJECTED: {rejected.text}")
+        return Settle("REJECTED", f"MIGRATION_REJECTED: {rejected.text}")
     except StepLimitExceeded:
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="STEP_LIMIT")
         _settle_item(migration_id, run["id"], "REJECTED", "STEP_LIMIT", cmd["id"])
-        return segment.Settle("REJECTED", "STEP_LIMIT: the segment ran more nodes than maxStepsPerSegment")
+        return Settle("REJECTED", "STEP_LIMIT: the segment ran more nodes than maxStepsPerSegment")
     except (DeterministicFailure, WorkflowError):
         # the target node could not be entered (an expression, an assignment, a call refused):
         # the savepoint took every write back, the run stays where it was
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="MIGRATION_REJECTED")
         _settle_item(migration_id, run["id"], "REJECTED", "TARGET_NOT_ENTERED", cmd["id"])
-        return segment.Settle("REJECTED", "MIGRATION_REJECTED: the target node could not be entered")
+        return Settle("REJECTED", "MIGRATION_REJECTED: the target node could not be entered")
     if action == "move":
-        segment._after_drive(drive, outcome)  # the item was marked MOVED with the park it closed
+        driver.after_drive(drive, outcome)  # the item was marked MOVED with the park it closed
     else:
         _settle_item(migration_id, run["id"], {"cancel": "CANCELLED", "end": "ENDED"}[action], "", cmd["id"])
-    return segment._completed(drive, cmd)
+    return completed(drive, cmd)
 
 
 def _apply(drive: Drive, cmd: dict[str, Any], target: dict[str, Any], action: str) -> Any:
@@ -390,10 +391,6 @@ def _settle_item(migration_id: Any, run_id: Any, status: str, detail: str, comma
         [status, detail, command_id, migration_id, run_id],
         prepared=True,
     )
-
-
-def install() -> None:
-    segment.migration_handler = apply_migration
 
 
 # --- positions: where runs are parked ---------------------------------------------------------

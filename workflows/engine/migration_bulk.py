@@ -25,7 +25,7 @@ from typing import Any
 
 from workflows.definitions import plan as p
 from workflows.definitions.plan import Plan
-from workflows.engine import commands, db, history, observers, segment, wakeups
+from workflows.engine import commands, db, history, observers, settlement, wakeups
 from workflows.engine.actors import TIMER, Actor
 from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.nodes import human_task
@@ -202,7 +202,7 @@ def _build(moves: list[_Move], rec: dict[str, Any], target: Plan, actor: Actor, 
         drive.command_id = m.command_id
         drive.history._command_documents[m.command_id] = [None]  # a MIGRATION carries no payload
         cmd = {"id": m.command_id, "kind": "MIGRATION", "seq": m.seq}
-        segment._received(drive, cmd)
+        settlement.received(drive, cmd)
         for t in m.withdrawn:
             drive.history.add(
                 "TASK_WITHDRAWN",
@@ -257,7 +257,7 @@ def _build(moves: list[_Move], rec: dict[str, Any], target: Plan, actor: Actor, 
             )
             waits.timer_added(drive, wait, armed[0])
             wait["fire"] = armed[0]["timer_id"]
-        segment._completed(drive, cmd)
+        settlement.completed(drive, cmd)
 
 
 # -- name: bulk_migration_commands

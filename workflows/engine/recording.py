@@ -17,7 +17,7 @@ from workflows import conf
 from workflows.engine import bounds, commands, db, locks, observers, teardown, wakeups
 from workflows.engine.actors import NONE, Actor, sanitise
 from workflows.engine.context import Drive
-from workflows.engine.segment import named
+from workflows.engine.settlement import named
 from workflows.exceptions import (
     IdempotencyConflict,
     InstanceNotFound,

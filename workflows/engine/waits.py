@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import connection
 
-from workflows.engine import commands, db, wakeups
+from workflows.engine import commands, db, teardown, wakeups
 from workflows.engine.context import Drive
 
 OPEN_PARK = (
@@ -128,11 +128,6 @@ def enter(
     return wait
 
 
-def add_timer(drive: Drive, wait: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    spec.setdefault("branch_id", drive.branch_id)
-    return timer_added(drive, wait, commands.insert_timer(drive.run, **spec))
-
-
 def timer_added(drive: Drive, wait: dict[str, Any], timer: dict[str, Any]) -> dict[str, Any]:
     """A timer inserted for this wait: listed on it, and a wake-up asked for its fire time."""
     wait.setdefault("timers", []).append(timer["timer_id"])
@@ -167,8 +162,6 @@ def leave(
         drive.open_things = beside
         db.defer(statements[0][0], statements[0][1], _sent)
     elif statements and read_open_things and not timer_ids:
-        from workflows.engine import teardown
-
         drive.open_things = db.fetchdict_batch([*statements, (teardown.OPEN_THINGS, {"r": drive.run["id"]})])[-1]
     elif statements:
         db.execute_batch(statements)

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from workflows.definitions.plan import Assignment, HumanTaskStep
-from workflows.engine import commands, db, outbox, waits
+from workflows.engine import db, outbox, timers, waits
 from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.evaluate import evaluate, render
 from workflows.engine.nodes.base import WAIT, Outcome
@@ -91,7 +91,7 @@ def task_params(drive: Drive, step: HumanTaskStep, o: Opening) -> list[Any]:
 
 
 def timer_specs(step: HumanTaskStep, o: Opening) -> list[dict[str, Any]]:
-    """The task's timers (``commands.timer_statement`` arguments): its due date, its reminders."""
+    """The task's timers (``timers.statement`` arguments): its due date, its reminders."""
     specs: list[dict[str, Any]] = []
     if o.due is not None:
         specs.append(
@@ -164,11 +164,11 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         waits.park_statement(drive, node=step.id, kind="TASK", branch_id=drive.branch_id),
         (INSERT_TASK, task_params(drive, step, o)),
     ]
-    timers: list[int] = []  # the queue position each timer statement took
+    positions: list[int] = []  # the queue position each timer statement took
     for spec in specs:
-        sql, params, seq = commands.timer_statement(drive.run, branch_id=drive.branch_id, **spec)
+        sql, params, seq = timers.statement(drive.run, branch_id=drive.branch_id, **spec)
         statements.append((sql, params))
-        timers.append(seq)
+        positions.append(seq)
     statements.append(notice)
     draw = waits.draw_statement() if not specs else None
     if draw is not None:
@@ -183,7 +183,7 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         step,
         o,
         park_id=int(park[0]),
-        timers=[commands.timer_row(row, seq) for row, seq in zip(rows[2 : 2 + len(timers)], timers, strict=True)],
+        timers=[timers.armed(row, seq) for row, seq in zip(rows[2 : 2 + len(positions)], positions, strict=True)],
     )
     outbox.notice_recorded(drive, rows[-1], notice_context)
     return WAIT

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from workflows.definitions.plan import WaitSignalStep
-from workflows.engine import waits
+from workflows.engine import timers, waits
 from workflows.engine.context import Drive
 from workflows.engine.nodes.base import WAIT, Outcome
 from workflows.engine.nodes.timer import delay_of
@@ -15,7 +15,7 @@ def execute(drive: Drive, step: WaitSignalStep) -> Outcome:
     )
     if step.timeout is not None:
         seconds, at = delay_of(drive, step.timeout.delay, step.id)
-        timer = waits.add_timer(
+        timer = timers.arm(
             drive,
             wait,
             timer_kind="TIMEOUT",

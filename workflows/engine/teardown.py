@@ -28,7 +28,7 @@ from django.utils import timezone
 from workflows.engine import commands, db, locks, observers, outbox, outcomes
 from workflows.engine.actors import Actor
 from workflows.engine.context import Drive
-from workflows.engine.history import HistoryBuffer
+from workflows.engine.settlement import actor_of
 
 ENDED = ("COMPLETED", "CANCELLED", "COMPENSATED", "EXPIRED")
 # the caller's side of a called run cancelled under it (history of the caller)
@@ -133,22 +133,12 @@ def settle_parked_and_dead(drive: Drive, *, status: str, reason: str) -> None:
             "COMMAND_REJECTED" if status == "REJECTED" else "COMMAND_CANCELLED",
             command_id=r["id"],
             outcome=reason.split(":", 1)[0],
-            actor=_actor_of(r),
+            actor=actor_of(r),
         )
     observers.settled_on_commit(drive.run["id"], [(r["id"], r["kind"], status) for r in rows])
     # a parked signal still holds its open-signal slot; a dead-lettered one released it
     held = sum(1 for r in rows if r["kind"] == "SIGNAL" and r["prior"] == "PARKED")
     drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - held)
-
-
-def _actor_of(row: dict[str, Any]) -> Actor:
-    return Actor(
-        kind=row.get("actor_kind") or "NONE",
-        id=row.get("actor_id") or "",
-        reason=row.get("actor_reason") or "",
-        on_behalf_of=row.get("on_behalf_of") or "",
-        status=row.get("attribution_status") or "ABSENT",
-    )
 
 
 def end_run(drive: Drive, status: str, *, how: str = "ended", code: str = "", message: str = "") -> None:
@@ -333,7 +323,3 @@ def _cancel_commands(run_id: Any) -> list[dict[str, Any]]:
         "RETURNING c.id, c.kind, c.task_id, c.timer_id, prior.status AS prior",
         [run_id],
     )
-
-
-def history_for(run: dict[str, Any], actor: Actor) -> HistoryBuffer:
-    return Drive.for_run(run, None, actor).history

@@ -15,16 +15,17 @@ from __future__ import annotations
 from typing import Any
 
 from workflows.definitions import plan as p
-from workflows.engine import db, driver, forks, teardown, waits
+from workflows.engine import driver, forks, teardown, waits
 from workflows.engine.context import Drive
 from workflows.engine.evaluate import apply_set
 from workflows.engine.nodes.base import END, WAIT, Outcome
 from workflows.engine.settlement import Settle, completed, received
+from workflows.models import BranchStatus, CommandStatus, RunStatus
 
 
 def _resume_here(drive: Drive, step: p.CallStep, target: dict[str, Any], result: Any) -> Outcome:
     status = target.get("status", "")
-    waits.leave(drive, "returned" if status == "COMPLETED" else "call-failed")
+    waits.leave(drive, "returned" if status == RunStatus.COMPLETED else "call-failed")
     drive.count_step()
     drive.history.add(
         "CALL_RETURNED",
@@ -34,7 +35,7 @@ def _resume_here(drive: Drive, step: p.CallStep, target: dict[str, Any], result:
         actor=drive.actor,
         payload={"child": target.get("child"), "status": status},
     )
-    if status == "COMPLETED":
+    if status == RunStatus.COMPLETED:
         state = drive.run["state"]
         new_state = apply_set(
             step.set, state, {"state": state, "result": result, "status": status}, step=step.id, field="set"
@@ -45,7 +46,7 @@ def _resume_here(drive: Drive, step: p.CallStep, target: dict[str, Any], result:
     if step.on_failure:
         return driver.run_from(drive, step.on_failure)
     if drive.branch is not None:
-        drive.branch["status"] = "FAILED"
+        drive.branch["status"] = BranchStatus.FAILED
         return WAIT
     drive.history.add(
         "WORKFLOW_FAILED", step=step.id, command_id=drive.command_id, actor=drive.actor, outcome="CALL_FAILED"
@@ -63,9 +64,9 @@ def apply_resume(drive: Drive, cmd: dict[str, Any]) -> Settle:
     step = plan.steps.get(target.get("step", ""))
     if not isinstance(step, p.CallStep):
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="NOT_WAITING")
-        return Settle("STALE", "NOT_WAITING: the run does not wait for a called run")
+        return Settle(CommandStatus.STALE, "NOT_WAITING: the run does not wait for a called run")
     received(drive, cmd)
-    if target.get("status") == "CANCELLED" and teardown.waiting_callers(
+    if target.get("status") == RunStatus.CANCELLED and teardown.waiting_callers(
         {"id": child, "parent_run_id": drive.run["id"]}, {str(drive.run["id"]): drive.run}
     ):
         # a called run cancelled by the executor (the Migrate dialog's Cancel): the run waiting
@@ -77,15 +78,11 @@ def apply_resume(drive: Drive, cmd: dict[str, Any]) -> Settle:
         driver.after_drive(drive, outcome)
         return completed(drive, cmd)
     # a branch waiting on this child?
-    for branch in db.fetchdicts(
-        "SELECT id, run_id, fork_step, branch_id, generation, status, current_step, wait, state, result, attempts "
-        "FROM workflow_branches WHERE run_id = %s AND status = 'WAITING' AND wait->>'child' = %s FOR UPDATE",
-        [drive.run["id"], child],
-    ):
+    for branch in forks.waiting_on_child(drive, child):
         outcome = forks.continue_in_branch(
             drive, branch, lambda b=branch: _resume_here(drive, step, target, cmd["payload"])
         )
         driver.after_drive(drive, outcome)
         return completed(drive, cmd)
     drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="NOT_WAITING")
-    return Settle("STALE", "NOT_WAITING: the run does not wait for that called run")
+    return Settle(CommandStatus.STALE, "NOT_WAITING: the run does not wait for that called run")

@@ -12,20 +12,11 @@ from typing import Any
 from uuid import UUID
 
 from workflows import jsonvalues
-from workflows.engine import db, observers
+from workflows.engine import db, observers, sql
 from workflows.engine.actors import Actor
+from workflows.models import CommandKind, CommandStatus
 
-INSERT = (
-    "INSERT INTO workflow_commands (run_id, seq, kind, timer_kind, status, payload, target, task_id, timer_id, "
-    "dedup_key, fingerprint, attempts, transient_count, deferral_count, recorded_at, order_at, available_at, fire_at, "
-    "claimed_by, last_error, context, was_parked, reconciled_by, reconcile_reason, reconcile_action, "
-    "actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status) VALUES "
-    "(%s,%s,%s,%s,'PENDING',%s,%s,%s,%s,%s,%s,0,0,0,clock_timestamp(),{order},{order},{fire},'','',%s,false,'','','',"
-    "%s,%s,%s,%s,%s) RETURNING id, recorded_at, available_at, fire_at"
-)
-_PLAIN = INSERT.format(order="clock_timestamp()", fire="NULL")
-# a command queued at a given time (a timer's TIMER command re-armed at its fire time)
-INSERT_AT = INSERT.format(order="%s", fire="%s")
+SQL = sql.load("commands")
 
 
 def fingerprint(value: Any) -> str:
@@ -48,7 +39,14 @@ def insert(run: dict[str, Any], **spec: Any) -> dict[str, Any]:
 def inserted(row: tuple[Any, ...] | None, seq: int, kind: str) -> dict[str, Any]:
     """What ``insert`` answers, from the row its statement returned."""
     assert row is not None
-    return {"id": row[0], "seq": seq, "kind": kind, "recorded_at": row[1], "available_at": row[2], "status": "PENDING"}
+    return {
+        "id": row[0],
+        "seq": seq,
+        "kind": kind,
+        "recorded_at": row[1],
+        "available_at": row[2],
+        "status": CommandStatus.PENDING,
+    }
 
 
 def insert_statement(
@@ -69,13 +67,10 @@ def insert_statement(
     ``persist_counters`` writes the run's queue counters (next sequence, open signals) in the
     same statement (recording paths)."""
     seq = next_seq(run)
-    sql = _PLAIN
+    text = SQL.insert
     extra: list[Any] = []
     if persist_counters:
-        sql = (
-            "WITH c AS (" + _PLAIN + "), u AS (UPDATE workflow_runs SET next_seq = %s, open_signals = %s, "
-            "updated_at = now() WHERE id = %s) SELECT * FROM c"
-        )
+        text = SQL.insert_counting
         extra = [run["next_seq"], run["open_signals"], run["id"]]
     params = [
         run["id"],
@@ -92,34 +87,23 @@ def insert_statement(
         *actor.columns(),
         *extra,
     ]
-    return sql, params, seq
+    return text, params, seq
 
 
-def cancel_timers(run_id: Any, *, timer_ids: list[int] | None = None, task_id: Any = None) -> list[dict[str, Any]]:
-    """Cancel scheduled timers and their unsettled TIMER commands in one statement."""
-    clauses = ["t.run_id = %s", "t.status = 'SCHEDULED'"]
-    params: list[Any] = [run_id]
-    if timer_ids is not None:
-        if not timer_ids:
-            return []
-        clauses.append("t.id = ANY(%s)")
-        params.append(timer_ids)
-    if task_id is not None:
-        clauses.append("t.task_id = %s")
-        params.append(task_id)
-    rows = db.fetchdicts(_CANCEL_TIMERS.format(where=" AND ".join(clauses)), params)
-    observers.settled_on_commit(run_id, [(t["command_id"], "TIMER", "CANCELLED") for t in rows if t["settled"]])
+def cancel_timers(run_id: Any, *, timer_ids: list[int] | None = None) -> list[dict[str, Any]]:
+    """Cancel scheduled timers of a run (``timer_ids``: just those) and their unsettled TIMER
+    commands in one statement."""
+    if timer_ids is None:
+        rows = db.fetchdicts(SQL.cancel_timers_of_run, [run_id])
+    elif not timer_ids:
+        return []
+    else:
+        rows = db.fetchdicts(SQL.cancel_timers_of_run_by_id, [run_id, timer_ids])
+    observers.settled_on_commit(
+        run_id, [(t["command_id"], CommandKind.TIMER, CommandStatus.CANCELLED) for t in rows if t["settled"]]
+    )
     return rows
 
 
-_CANCEL_TIMERS = (
-    "WITH t AS (UPDATE workflow_timers t SET status = 'CANCELLED' WHERE {where} "
-    "RETURNING t.id, t.command_id, t.kind, t.step, t.branch_id, t.task_id), "
-    "c AS (UPDATE workflow_commands c SET status = 'CANCELLED', token = NULL, lease_until = NULL, "
-    "settled_at = now(), last_error = 'TIMER_CANCELLED: the wait was left' FROM t "
-    "WHERE c.id = t.command_id AND c.status IN ('PENDING','DEFERRED','PARKED','DEAD') RETURNING c.id) "
-    "SELECT t.id, t.command_id, t.kind, t.step, t.branch_id, t.task_id, c.id IS NOT NULL AS settled "
-    "FROM t LEFT JOIN c ON c.id = t.command_id"
-)
 # Timers of several runs, by id (the caller holds every run's lock).
-CANCEL_TIMERS_BY_ID = _CANCEL_TIMERS.format(where="t.id = ANY(%s) AND t.status = 'SCHEDULED'")
+CANCEL_TIMERS_BY_ID = SQL.cancel_timers_by_id

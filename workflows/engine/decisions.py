@@ -10,10 +10,12 @@ from typing import Any
 
 from workflows.definitions import plan as p
 from workflows.definitions import schemas
-from workflows.engine import driver, waits
+from workflows.engine import driver, sql, waits
 from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.evaluate import apply_set
 from workflows.engine.settlement import named
+
+SQL = sql.load("decisions")
 
 
 def apply_decision(drive: Drive, task: dict[str, Any], target: dict[str, Any]) -> Any:
@@ -36,11 +38,7 @@ def apply_decision(drive: Drive, task: dict[str, Any], target: dict[str, Any]) -
         drive.run["subject_version"] or ""
     ):
         raise DeterministicFailure("DETERMINISTIC_FAILURE: the reviewed subject version is stale")
-    completed = (
-        "UPDATE workflow_tasks SET status = 'COMPLETED', decision = %s, completed_by = %s, closed_at = now(), "
-        "updated_at = now() WHERE id = %s",
-        [name, (target.get("completed_by") or drive.actor.id or "")[:255], task["id"]],
-    )
+    completed = (SQL.task_completed, [name, (target.get("completed_by") or drive.actor.id or "")[:255], task["id"]])
     # one statement for the park and the task; when the decision leads straight to the run's
     # end, what the run still holds is read in the same round trip
     ends = drive.branch is None and isinstance(plan.steps.get(chosen.next), p.CompleteStep)

@@ -9,18 +9,22 @@ from __future__ import annotations
 from typing import Any
 
 from workflows.definitions import plan as p
-from workflows.engine import db, nodes, observers, timers, waits, wakeups
+from workflows.definitions import schemas
+from workflows.engine import db, nodes, observers, sql, timers, waits, wakeups
 from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
 from workflows.engine.evaluate import apply_set
 from workflows.engine.nodes.base import BRANCH_DONE, END, WAIT, Next, Outcome
 from workflows.engine.settlement import actor_of, named
+from workflows.models import CommandKind, CommandStatus, RunStatus
+
+SQL = sql.load("driver")
 
 
 def run_from(drive: Drive, step_id: str) -> Outcome:
     """Drive the run from ``step_id`` until it waits or ends."""
     plan = drive.plan
     assert plan is not None
-    drive.run["status"] = "RUNNING"
+    drive.run["status"] = RunStatus.RUNNING
     drive.run["wait"] = None
     current = step_id
     while True:
@@ -58,11 +62,8 @@ def apply_signal(drive: Drive, *, name: str, payload: Any, step_actor: Any = Non
     if not isinstance(step, p.WaitSignalStep):
         raise DeterministicFailure("DETERMINISTIC_FAILURE: the wait is not a signal wait")
     schema = step.payload_schema if step.payload_schema is not None else plan.contract.signals.get(name)
-    if schema:
-        from workflows.definitions import schemas
-
-        if schemas.validate(schema, payload):
-            raise DeterministicFailure(f"DETERMINISTIC_FAILURE: payload of signal {name} is invalid")
+    if schema and schemas.validate(schema, payload):
+        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: payload of signal {name} is invalid")
     state = drive.run["state"]
     new_state = apply_set(step.set, state, {"state": state, "payload": payload}, step=step.id, field="set")
     waits.leave(drive, "signal")
@@ -91,16 +92,11 @@ def drain_parked(drive: Drive) -> Outcome:
     of queue order) and each runs as a segment of its own.
     """
     outcome: Outcome = WAIT
-    while drive.run["status"] == "WAITING":
+    while drive.run["status"] == RunStatus.WAITING:
         wait = drive.run["wait"] or {}
         if wait.get("kind") != "signal":
             return outcome
-        rows = db.fetchdicts(
-            "SELECT id, seq, payload, target, recorded_at, actor_kind, actor_id, actor_reason, on_behalf_of, "
-            "attribution_status FROM workflow_commands WHERE run_id = %s AND status = 'PARKED' AND kind = 'SIGNAL' "
-            "ORDER BY order_at, seq",
-            [drive.run["id"]],
-        )
+        rows = db.fetchdicts(SQL.parked_signals, [drive.run["id"]])
         candidates = [
             r
             for r in rows
@@ -126,17 +122,13 @@ def drain_parked(drive: Drive) -> Outcome:
 def _requeue(drive: Drive, candidates: list[dict[str, Any]]) -> None:
     """Back to PENDING, each at its own position (sequence and order kept), for segments of
     their own; they keep their open-signal slots."""
-    db.execute(
-        "UPDATE workflow_commands SET status = 'PENDING', available_at = now() "
-        "WHERE id = ANY(%s) AND status = 'PARKED'",
-        [[c["id"] for c in candidates]],
-    )
+    db.execute(SQL.requeue_parked, [[c["id"] for c in candidates]])
     wakeups.wake(drive.run["id"])
 
 
 def after_drive(drive: Drive, outcome: Any) -> None:
     """A command drove the run (or a branch) to a wait: apply the parked signals it accepts."""
-    if outcome is WAIT or drive.run["status"] == "WAITING":
+    if outcome is WAIT or drive.run["status"] == RunStatus.WAITING:
         drain_parked(drive)
 
 
@@ -166,12 +158,8 @@ def apply_parked(drive: Drive, row: dict[str, Any]) -> Any:
             with drive.savepoint():
                 # settled first, inside the savepoint (a failure puts it back to PARKED): if
                 # applying it ends the run, the teardown must not find it PARKED and reject it
-                db.execute(
-                    "UPDATE workflow_commands SET status = 'COMPLETE', settled_at = now() "
-                    "WHERE id = %s AND status = 'PARKED'",
-                    [row["id"]],
-                )
-                observers.settled_on_commit(drive.run["id"], [(row["id"], "SIGNAL", "COMPLETE")])
+                db.execute(SQL.parked_applied, [row["id"]])
+                observers.settled_on_commit(drive.run["id"], [(row["id"], CommandKind.SIGNAL, CommandStatus.COMPLETE)])
                 drive.history.add(
                     "SIGNAL_APPLIED",
                     command_id=row["id"],
@@ -183,15 +171,11 @@ def apply_parked(drive: Drive, row: dict[str, Any]) -> Any:
         except StepLimitExceeded:
             return OVERRUN  # past the budget inside its savepoint: nothing of it stays
         except DeterministicFailure as exc:
-            db.execute(
-                "UPDATE workflow_commands SET status = 'REJECTED', settled_at = now(), last_error = %s "
-                "WHERE id = %s AND status = 'PARKED'",
-                [exc.reason[:4000], row["id"]],
-            )
+            db.execute(SQL.parked_rejected, [exc.reason[:4000], row["id"]])
             drive.history.add(
                 "COMMAND_REJECTED", command_id=row["id"], actor=drive.actor, outcome=exc.reason.split(":")[0]
             )
-            observers.settled_on_commit(drive.run["id"], [(row["id"], "SIGNAL", "REJECTED")])
+            observers.settled_on_commit(drive.run["id"], [(row["id"], CommandKind.SIGNAL, CommandStatus.REJECTED)])
             drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
             return REJECTED
         drive.history.add("COMMAND_COMPLETED", command_id=row["id"], actor=drive.actor)

@@ -16,30 +16,32 @@ import copy
 from typing import Any
 
 from workflows.definitions import plan as p
-from workflows.engine import db, decisions, driver, teardown, timers, waits
+from workflows.engine import db, decisions, driver, sql, teardown, timers, waits
 from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
 from workflows.engine.evaluate import apply_set
 from workflows.engine.nodes.base import BRANCH_DONE, END, WAIT, Outcome
 from workflows.engine.settlement import Settle, completed, failure_reason, named, received, reopen
+from workflows.models import BranchStatus, CommandStatus, RunStatus
+
+SQL = sql.load("forks")
 
 # A branch that can take no more signals: it reached its join, failed, was cancelled with
 # its run, or was superseded (the join decided without it, or its fork was entered again).
-BRANCH_ENDED = ("COMPLETED", "FAILED", "CANCELLED", "SUPERSEDED")
-
-BRANCH_COLUMNS = "id, run_id, fork_step, branch_id, generation, status, current_step, wait, state, result, attempts"
+BRANCH_ENDED = (BranchStatus.COMPLETED, BranchStatus.FAILED, BranchStatus.CANCELLED, BranchStatus.SUPERSEDED)
 
 
 def fork_branches(run_id: Any, fork_step: str) -> list[dict[str, Any]]:
-    return db.fetchdicts(
-        f"SELECT {BRANCH_COLUMNS} FROM workflow_branches WHERE run_id = %s AND fork_step = %s ORDER BY id",
-        [run_id, fork_step],
-    )
+    return db.fetchdicts(SQL.fork_branches, [run_id, fork_step])
+
+
+def waiting_on_child(drive: Drive, child: str) -> list[dict[str, Any]]:
+    """The branches of the run waiting at a call on ``child`` (locked)."""
+    return db.fetchdicts(SQL.waiting_on_child, [drive.run["id"], child])
 
 
 def _save_branch(branch: dict[str, Any]) -> None:
     db.execute(
-        "UPDATE workflow_branches SET status = %s, current_step = %s, wait = %s, state = %s, result = %s, "
-        "attempts = %s, updated_at = now() WHERE id = %s",
+        SQL.save_branch,
         [
             branch["status"],
             branch["current_step"] or "",
@@ -66,14 +68,14 @@ def drive_branch(drive: Drive, branch: dict[str, Any], join: p.JoinStep, body: A
             # the parked signals this branch's wait accepts (addressed to it, or to the run);
             # one may carry the branch on to its join, which the lines below then record
             outcome = driver.drain_parked(drive)
-    while branch["status"] == "FAILED" and _retry_branch(drive, branch):
+    while branch["status"] == BranchStatus.FAILED and _retry_branch(drive, branch):
         start = branch["current_step"]
         with drive.in_branch(branch, join.id):
             outcome = driver.run_from(drive, start)
             if outcome is WAIT:
                 outcome = driver.drain_parked(drive)
-    if outcome is BRANCH_DONE and branch["status"] not in ("FAILED",):
-        branch["status"] = "COMPLETED"
+    if outcome is BRANCH_DONE and branch["status"] not in (BranchStatus.FAILED,):
+        branch["status"] = BranchStatus.COMPLETED
         branch["result"] = branch["state"]
         drive.history.add(
             "BRANCH_COMPLETED",
@@ -82,7 +84,7 @@ def drive_branch(drive: Drive, branch: dict[str, Any], join: p.JoinStep, body: A
             command_id=drive.command_id,
             actor=drive.actor,
         )
-    elif branch["status"] == "FAILED":
+    elif branch["status"] == BranchStatus.FAILED:
         drive.history.add(
             "BRANCH_FAILED",
             step=branch["current_step"] or "",
@@ -104,9 +106,7 @@ def _retry_branch(drive: Drive, branch: dict[str, Any]) -> bool:
     attempt = int(branch["attempts"] or 0) + 1  # the attempt that just failed
     if attempt >= max(1, max_attempts):
         return False
-    join_row = db.fetchdict(
-        "SELECT base FROM workflow_joins WHERE run_id = %s AND fork_step = %s", [drive.run["id"], branch["fork_step"]]
-    )
+    join_row = db.fetchdict(SQL.join_base, [drive.run["id"], branch["fork_step"]])
     drive.history.add(
         "BRANCH_FAILED",
         step=branch["current_step"] or "",
@@ -126,7 +126,7 @@ def _retry_branch(drive: Drive, branch: dict[str, Any]) -> bool:
         payload={"attempt": attempt + 1, "max_attempts": max_attempts},
     )
     branch.update(
-        status="RUNNING",
+        status=BranchStatus.RUNNING,
         attempts=attempt,
         current_step=branch["branch_id"],  # a branch is named by its first step
         wait=None,
@@ -137,19 +137,14 @@ def _retry_branch(drive: Drive, branch: dict[str, Any]) -> bool:
 
 
 def _supersede(drive: Drive, branches: list[dict[str, Any]]) -> None:
-    superseded = [b for b in branches if b["status"] in ("RUNNING", "WAITING")]
+    superseded = [b for b in branches if b["status"] in (BranchStatus.RUNNING, BranchStatus.WAITING)]
     # the runs these branches called go first, while their waits still name them
     teardown.cancel_branch_children(drive, superseded, reason="branch superseded")
     for b in branches:
-        if b["status"] not in ("RUNNING", "WAITING"):
+        if b["status"] not in (BranchStatus.RUNNING, BranchStatus.WAITING):
             continue
         waits.close_branch_wait(drive, b["wait"], "superseded")
-        tasks = db.fetchdicts(
-            "UPDATE workflow_tasks SET status = 'WITHDRAWN', reservation_owner = NULL, closed_at = now(), "
-            "updated_at = now() WHERE run_id = %s AND branch_id = %s AND status IN ('OPEN','COMPLETING') "
-            "RETURNING id, step",
-            [drive.run["id"], b["branch_id"]],
-        )
+        tasks = db.fetchdicts(SQL.withdraw_branch_tasks, [drive.run["id"], b["branch_id"]])
         for t in tasks:
             drive.history.add(
                 "TASK_WITHDRAWN",
@@ -159,7 +154,7 @@ def _supersede(drive: Drive, branches: list[dict[str, Any]]) -> None:
                 command_id=drive.command_id,
                 payload={"task": str(t["id"])},
             )
-        b["status"], b["wait"] = "SUPERSEDED", None
+        b["status"], b["wait"] = BranchStatus.SUPERSEDED, None
         _save_branch(b)
 
 
@@ -167,18 +162,14 @@ def decide_join(drive: Drive, fork_step: str) -> Outcome:
     """Decide the join once its policy is met or can no longer be met; else keep waiting."""
     plan = drive.plan
     assert plan is not None
-    join_row = db.fetchdict(
-        "SELECT id, join_step, policy, required, decided, base FROM workflow_joins WHERE run_id = %s "
-        "AND fork_step = %s FOR UPDATE",
-        [drive.run["id"], fork_step],
-    )
+    join_row = db.fetchdict(SQL.lock_join, [drive.run["id"], fork_step])
     if join_row is None or join_row["decided"]:
         return WAIT
     branches = fork_branches(drive.run["id"], fork_step)
-    live = [b for b in branches if b["status"] != "SUPERSEDED"]
-    done = [b for b in live if b["status"] == "COMPLETED"]
-    failed = [b for b in live if b["status"] == "FAILED"]
-    active = [b for b in live if b["status"] in ("RUNNING", "WAITING")]
+    live = [b for b in branches if b["status"] != BranchStatus.SUPERSEDED]
+    done = [b for b in live if b["status"] == BranchStatus.COMPLETED]
+    failed = [b for b in live if b["status"] == BranchStatus.FAILED]
+    active = [b for b in live if b["status"] in (BranchStatus.RUNNING, BranchStatus.WAITING)]
     required = int(join_row["required"])
     policy = join_row["policy"]
     if policy == "all":
@@ -188,10 +179,7 @@ def decide_join(drive: Drive, fork_step: str) -> Outcome:
     if not met and not impossible:
         return WAIT
     outcome = "joined" if met else "join-failed"
-    updated = db.execute(
-        "UPDATE workflow_joins SET decided = true, outcome = %s, decided_at = now() WHERE id = %s AND NOT decided",
-        [outcome, join_row["id"]],
-    )
+    updated = db.execute(SQL.decide_join, [outcome, join_row["id"]])
     if updated != 1:
         return WAIT
     _supersede(drive, active)
@@ -234,11 +222,7 @@ def _merge_changes(state: Any, base: Any, results: list[Any]) -> Any:
 
 
 def find_branch(drive: Drive, branch_id: str) -> dict[str, Any] | None:
-    rows = db.fetchdicts(
-        f"SELECT {BRANCH_COLUMNS} FROM workflow_branches WHERE run_id = %s AND branch_id = %s "
-        "ORDER BY id DESC LIMIT 1 FOR UPDATE",
-        [drive.run["id"], branch_id],
-    )
+    rows = db.fetchdicts(SQL.find_branch, [drive.run["id"], branch_id])
     return rows[0] if rows else None
 
 
@@ -249,7 +233,7 @@ def continue_in_branch(drive: Drive, branch: dict[str, Any], body: Any) -> Outco
     assert isinstance(fork, p.ForkStep)
     join = join_step(plan, fork)
     drive_branch(drive, branch, join, body)
-    if drive.run["status"] not in ("WAITING", "RUNNING"):
+    if drive.run["status"] not in (RunStatus.WAITING, RunStatus.RUNNING):
         return END
     return decide_join(drive, fork.id)
 
@@ -267,10 +251,10 @@ def apply_branch_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
             branch_id=branch_id if named(branch_id) == branch_id else "",
         )
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-        return Settle("STALE", "BRANCH_ENDED: the addressed branch has ended")
+        return Settle(CommandStatus.STALE, "BRANCH_ENDED: the addressed branch has ended")
     wait = branch["wait"]
     if (
-        branch["status"] != "WAITING"
+        branch["status"] != BranchStatus.WAITING
         or not driver.accepts(wait, name)
         or timers.deadline_blocked(drive.run["id"], wait or {}, cmd["recorded_at"])
     ):
@@ -281,7 +265,7 @@ def apply_branch_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
             branch_id=branch["branch_id"],
             payload={"signal": named(name)},
         )
-        return Settle("PARKED")
+        return Settle(CommandStatus.PARKED)
     try:
         with drive.savepoint():
             drive.history.add(
@@ -298,7 +282,7 @@ def apply_branch_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
         reason = failure_reason(exc)
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-        return Settle("REJECTED", reason)
+        return Settle(CommandStatus.REJECTED, reason)
     drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
     driver.after_drive(drive, outcome)
     return completed(drive, cmd)
@@ -314,7 +298,7 @@ def route_instance_signal(drive: Drive, cmd: dict[str, Any]) -> Settle | None:
     waiting = [
         b
         for b in fork_branches(drive.run["id"], wait.get("fork", ""))
-        if b["status"] == "WAITING" and driver.accepts(b["wait"], name)
+        if b["status"] == BranchStatus.WAITING and driver.accepts(b["wait"], name)
     ]
     if len(waiting) != 1:
         return None
@@ -326,10 +310,10 @@ def route_instance_signal(drive: Drive, cmd: dict[str, Any]) -> Settle | None:
 def apply_branch_completion(drive: Drive, cmd: dict[str, Any], task: dict[str, Any]) -> Settle:
     branch = find_branch(drive, task["branch_id"])
     target = cmd["target"] or {}
-    if branch is None or branch["status"] != "WAITING":
+    if branch is None or branch["status"] != BranchStatus.WAITING:
         reopen(cmd)
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="BRANCH_ENDED")
-        return Settle("REJECTED", "BRANCH_ENDED: the task's branch is no longer waiting")
+        return Settle(CommandStatus.REJECTED, "BRANCH_ENDED: the task's branch is no longer waiting")
     received(drive, cmd)
     try:
         with drive.savepoint():
@@ -338,7 +322,7 @@ def apply_branch_completion(drive: Drive, cmd: dict[str, Any], task: dict[str, A
         reason = failure_reason(exc)
         reopen(cmd)
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
-        return Settle("REJECTED", reason)
+        return Settle(CommandStatus.REJECTED, reason)
     driver.after_drive(drive, outcome)
     return completed(drive, cmd)
 
@@ -355,8 +339,8 @@ def drain_waiting_branches(drive: Drive) -> None:
         return  # not at a join, or nothing parked (a parked signal holds an open-signal slot)
     join = join_step(plan, fork)
     for branch in fork_branches(drive.run["id"], fork.id):
-        if branch["status"] == "WAITING" and (branch["wait"] or {}).get("kind") == "signal":
+        if branch["status"] == BranchStatus.WAITING and (branch["wait"] or {}).get("kind") == "signal":
             drive_branch(drive, branch, join, lambda: WAIT)
-            if drive.run["status"] not in ("WAITING", "RUNNING"):
+            if drive.run["status"] not in (RunStatus.WAITING, RunStatus.RUNNING):
                 return  # an `end` in the branch terminated the run
     driver.after_drive(drive, decide_join(drive, fork.id))

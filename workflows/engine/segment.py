@@ -1,14 +1,14 @@
 """One segment: a claimed command applied in one transaction.
 
 try-lock the run → fence the claim (still CLAIMED with our token) → apply the command by
-kind (``_apply_<kind>``) → history → complete the command (0 rows updated = the claim no
-longer stands, and everything rolls back together).
+kind (``APPLY``: START, SIGNAL, COMPLETION and RETRY here; TIMER in ``timers``, RESUME in
+``calls``, MIGRATION in ``migration``; branch-addressed work in ``forks``, all imported
+directly) → history → complete the command (0 rows updated = the claim no longer stands, and
+everything rolls back together).
 """
 
 from __future__ import annotations
 
-import logging
-import re
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -30,6 +30,7 @@ from workflows.engine import (
     migration,
     observers,
     outcomes,
+    sql,
     teardown,
     timers,
     wakeups,
@@ -44,11 +45,9 @@ from workflows.engine.context import (
 )
 from workflows.engine.evaluate import evaluate
 from workflows.engine.nodes.base import WAIT
-from workflows.engine.settlement import Settle, actor_of, completed, failure_reason, named, received, reopen
+from workflows.engine.settlement import REQUEUE, Settle, actor_of, completed, failure_reason, named, received, reopen
 from workflows.exceptions import ExpressionFailed
-
-log = logging.getLogger("workflows.engine")
-_PLAIN = re.compile(r"^[A-Za-z0-9_.$-]{1,255}$")
+from workflows.models import CommandKind, CommandStatus, RunStatus, TaskStatus
 
 
 class Busy(Exception):
@@ -59,10 +58,8 @@ class Fenced(Exception):
     """The claim no longer stands (settled, cancelled or re-claimed by another executor)."""
 
 
-COMMAND_COLUMNS = (
-    "id, run_id, seq, kind, timer_kind, status, payload, target, task_id, timer_id, attempts, recorded_at, "
-    "fire_at, token, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status, reconcile_action"
-)
+SQL = sql.load("segment")
+COMMAND_COLUMNS = SQL.command_columns
 
 
 def run(
@@ -127,7 +124,7 @@ def _run(
             run_row, cmd, plan = opening(remaining_ms)
         else:
             run_row, cmd = locks.try_lock_run_with_command(
-                run_id, command_id, token, remaining_ms, with_task=kind == "COMPLETION"
+                run_id, command_id, token, remaining_ms, with_task=kind == CommandKind.COMPLETION
             )
         if run_row is None:
             raise Busy()
@@ -152,7 +149,9 @@ def _run(
         )
         drive.optimistic = optimistic
         if cmd.get("reconcile_action") == "resolve":
-            drive.resolved_effect = (cmd["target"] or {}).get("resolved_step", "") if cmd["kind"] != "SIGNAL" else ""
+            drive.resolved_effect = (
+                (cmd["target"] or {}).get("resolved_step", "") if cmd["kind"] != CommandKind.SIGNAL else ""
+            )
         # without savepoints, writes nobody reads before the commit (outbox intents) travel
         # with the segment's next statement (``db.defer``); with savepoints each is sent at once
         with db.deferring() if optimistic else nullcontext():
@@ -169,24 +168,12 @@ def _run(
 
 def settlement(drive: Drive, cmd: dict[str, Any], settle: Settle) -> tuple[str, list[Any]]:
     """The executing command's settlement, fenced on its token."""
-    if settle.status == "REQUEUE":
+    if settle.status == REQUEUE:
         # a due date or reminder that met a COMPLETING task: back in the queue, attempt restored
-        return (
-            "UPDATE workflow_commands SET status = 'PENDING', attempts = greatest(attempts - 1, 0), token = NULL, "
-            "lease_until = NULL, claimed_by = '' WHERE id = %s AND status = 'CLAIMED' AND token = %s",
-            [cmd["id"], drive.token],
-        )
-    if settle.status == "PARKED":
-        return (
-            "UPDATE workflow_commands SET status = 'PARKED', was_parked = true, attempts = greatest(attempts - 1, 0), "
-            "token = NULL, lease_until = NULL, claimed_by = '' WHERE id = %s AND status = 'CLAIMED' AND token = %s",
-            [cmd["id"], drive.token],
-        )
-    return (
-        "UPDATE workflow_commands SET status = %s, last_error = %s, token = NULL, lease_until = NULL, "
-        "settled_at = now() WHERE id = %s AND status = 'CLAIMED' AND token = %s",
-        [settle.status, settle.reason, cmd["id"], drive.token],
-    )
+        return SQL.requeue, [cmd["id"], drive.token]
+    if settle.status == CommandStatus.PARKED:
+        return SQL.park, [cmd["id"], drive.token]
+    return SQL.settle, [settle.status, settle.reason, cmd["id"], drive.token]
 
 
 def apply(drive: Drive, cmd: dict[str, Any]) -> Settle:
@@ -199,10 +186,7 @@ def apply(drive: Drive, cmd: dict[str, Any]) -> Settle:
 
 def _branch_ended(run_id: Any, branch_id: str) -> bool:
     """Whether the addressed branch (its latest generation) has ended, or never existed."""
-    row = db.fetchone(
-        "SELECT status FROM workflow_branches WHERE run_id = %s AND branch_id = %s ORDER BY id DESC LIMIT 1",
-        [run_id, branch_id],
-    )
+    row = db.fetchone(SQL.branch_status, [run_id, branch_id])
     return row is None or row[0] in forks.BRANCH_ENDED
 
 
@@ -211,8 +195,8 @@ def outcome_of(run: dict[str, Any], cmd: dict[str, Any]) -> str:
     with, for a branch-addressed signal on a FAILED run, whether its branch has ended (STALE)
     or may still take it after a retry (PARKED)."""
     kind = cmd["kind"]
-    branch = (cmd["target"] or {}).get("branch") if kind == "SIGNAL" else None
-    ended = bool(branch) and run["status"] == "FAILED" and _branch_ended(run["id"], str(branch))
+    branch = (cmd["target"] or {}).get("branch") if kind == CommandKind.SIGNAL else None
+    ended = bool(branch) and run["status"] == RunStatus.FAILED and _branch_ended(run["id"], str(branch))
     return outcomes.decide(kind, run["status"], branch_addressed=bool(branch), branch_ended=ended)
 
 
@@ -220,17 +204,13 @@ def canceller(run_id: Any) -> Actor | None:
     """Who cancelled the run: the actor of its latest CANCELLED entry (None when it has none).
     A command that meets the cancelled run later is logged as cancelled by them, not by the
     command's own recorder."""
-    row = db.fetchdict(
-        "SELECT actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status FROM workflow_history "
-        "WHERE run_id = %s AND type = 'CANCELLED' ORDER BY seq DESC LIMIT 1",
-        [run_id],
-    )
+    row = db.fetchdict(SQL.canceller, [run_id])
     return actor_of(row) if row is not None else None
 
 
 def settle_by_outcome(drive: Drive, cmd: dict[str, Any], decision: str) -> Settle:
     reason = outcomes.reason(cmd["kind"], drive.run["status"])
-    if decision == outcomes.STALE and cmd["kind"] == "SIGNAL" and drive.run["status"] == "FAILED":
+    if decision == outcomes.STALE and cmd["kind"] == CommandKind.SIGNAL and drive.run["status"] == RunStatus.FAILED:
         reason = "BRANCH_ENDED: the addressed branch has ended"
     if decision == outcomes.PARK:
         drive.history.add(
@@ -239,22 +219,16 @@ def settle_by_outcome(drive: Drive, cmd: dict[str, Any], decision: str) -> Settl
             actor=drive.actor,
             payload={"signal": named((cmd["target"] or {}).get("name", ""))},
         )
-        return Settle("PARKED")
-    if cmd["kind"] == "SIGNAL":
+        return Settle(CommandStatus.PARKED)
+    if cmd["kind"] == CommandKind.SIGNAL:
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-    if cmd["kind"] == "COMPLETION" and cmd.get("task_id"):
-        if decision == outcomes.REJECT and drive.run["status"] == "FAILED":
+    if cmd["kind"] == CommandKind.COMPLETION and cmd.get("task_id"):
+        if decision == outcomes.REJECT and drive.run["status"] == RunStatus.FAILED:
             reopen(cmd)
         else:
-            db.execute(
-                "UPDATE workflow_tasks SET status = 'CANCELLED', reservation_owner = NULL, closed_at = now(), "
-                "updated_at = now() WHERE id = %s AND status IN ('OPEN','COMPLETING')",
-                [cmd["task_id"]],
-            )
-    if cmd["kind"] == "TIMER" and cmd.get("timer_id"):
-        db.execute(
-            "UPDATE workflow_timers SET status = 'STALE' WHERE id = %s AND status = 'SCHEDULED'", [cmd["timer_id"]]
-        )
+            db.execute(SQL.cancel_task, [cmd["task_id"]])
+    if cmd["kind"] == CommandKind.TIMER and cmd.get("timer_id"):
+        db.execute(SQL.timer_stale, [cmd["timer_id"]])
     entry = {
         outcomes.REJECT: "COMMAND_REJECTED",
         outcomes.STALE: "COMMAND_STALE",
@@ -264,7 +238,11 @@ def settle_by_outcome(drive: Drive, cmd: dict[str, Any], decision: str) -> Settl
     if decision == outcomes.CANCEL:
         actor = canceller(drive.run["id"]) or actor
     drive.history.add(entry, command_id=cmd["id"], actor=actor, outcome=reason.split(":", 1)[0])
-    status = {outcomes.REJECT: "REJECTED", outcomes.STALE: "STALE", outcomes.CANCEL: "CANCELLED"}[decision]
+    status = {
+        outcomes.REJECT: CommandStatus.REJECTED,
+        outcomes.STALE: CommandStatus.STALE,
+        outcomes.CANCEL: CommandStatus.CANCELLED,
+    }[decision]
     return Settle(status, reason)
 
 
@@ -274,9 +252,9 @@ def settle_by_outcome(drive: Drive, cmd: dict[str, Any], decision: str) -> Settl
 def _apply_start(drive: Drive, cmd: dict[str, Any]) -> Settle:
     plan = drive.plan
     assert plan is not None
-    if drive.run["status"] != "PENDING":
+    if drive.run["status"] != RunStatus.PENDING:
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="ALREADY_STARTED")
-        return Settle("STALE", "ALREADY_STARTED: the run has already started")
+        return Settle(CommandStatus.STALE, "ALREADY_STARTED: the run has already started")
     payload = cmd["payload"]
     received(drive, cmd, payload)
     initialise(drive, payload)
@@ -333,7 +311,7 @@ def _apply_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
         reason = f"SIGNAL_REJECTED: the plan never waits for signal {named(name)}"
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="SIGNAL_REJECTED")
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-        return Settle("REJECTED", reason)
+        return Settle(CommandStatus.REJECTED, reason)
     wait = drive.run["wait"]
     branch = target.get("branch")
     if branch:
@@ -343,7 +321,7 @@ def _apply_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
         return routed
     if not driver.accepts(wait, name, branch) or timers.deadline_blocked(drive.run["id"], wait, cmd["recorded_at"]):
         drive.history.add("SIGNAL_PARKED", command_id=cmd["id"], actor=drive.actor, payload={"signal": named(name)})
-        return Settle("PARKED")
+        return Settle(CommandStatus.PARKED)
     try:
         with drive.savepoint():
             drive.history.add(
@@ -357,7 +335,7 @@ def _apply_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
         reason = failure_reason(exc)
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-        return Settle("REJECTED", reason)
+        return Settle(CommandStatus.REJECTED, reason)
     drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
     driver.after_drive(drive, outcome)
     return completed(drive, cmd)
@@ -373,14 +351,10 @@ def _apply_completion(drive: Drive, cmd: dict[str, Any]) -> Settle:
         task = cmd["_task"]
         drive.open_things_beside = cmd.get("_open_beside")
     else:
-        task = db.fetchdict(
-            "SELECT id, step, branch_id, status, reservation_owner FROM workflow_tasks WHERE id = %s FOR UPDATE",
-            [cmd["task_id"]],
-            prepared=True,
-        )
-    if task is None or task["status"] != "COMPLETING" or task["reservation_owner"] != cmd["id"]:
+        task = db.fetchdict(SQL.lock_task, [cmd["task_id"]], prepared=True)
+    if task is None or task["status"] != TaskStatus.COMPLETING or task["reservation_owner"] != cmd["id"]:
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="TASK_NOT_RESERVED")
-        return Settle("STALE", "TASK_NOT_RESERVED: the task is not reserved by this completion")
+        return Settle(CommandStatus.STALE, "TASK_NOT_RESERVED: the task is not reserved by this completion")
     if task["branch_id"]:
         return forks.apply_branch_completion(drive, cmd, task)
     received(drive, cmd)
@@ -392,7 +366,7 @@ def _apply_completion(drive: Drive, cmd: dict[str, Any]) -> Settle:
         reason = failure_reason(exc)
         reopen(cmd)
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
-        return Settle("REJECTED", reason)
+        return Settle(CommandStatus.REJECTED, reason)
     driver.after_drive(drive, outcome)
     return completed(drive, cmd)
 
@@ -407,36 +381,28 @@ def _apply_retry(drive: Drive, cmd: dict[str, Any]) -> Settle:
     plan = drive.plan
     assert plan is not None
     run = drive.run
-    has_dead = (
-        db.fetchone("SELECT 1 FROM workflow_commands WHERE run_id = %s AND status = 'DEAD' LIMIT 1", [run["id"]])
-        is not None
-    )
-    if run["status"] != "FAILED" and not has_dead:
+    has_dead = db.fetchone(SQL.has_dead, [run["id"]]) is not None
+    if run["status"] != RunStatus.FAILED and not has_dead:
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="NOTHING_TO_RECOVER")
-        return Settle("STALE", "NOTHING_TO_RECOVER: the run is neither failed nor holds a dead-lettered command")
+        return Settle(
+            CommandStatus.STALE, "NOTHING_TO_RECOVER: the run is neither failed nor holds a dead-lettered command"
+        )
     received(drive, cmd)
     outcome: Any = None
-    if run["status"] == "FAILED":
+    if run["status"] == RunStatus.FAILED:
         run["failure_code"], run["failure_message"] = "", ""
         if run["state"] is None:
-            start = db.fetchdict(
-                "SELECT id, status, payload FROM workflow_commands WHERE run_id = %s AND kind = 'START' "
-                "ORDER BY seq LIMIT 1",
-                [run["id"]],
-            )
-            if start and start["status"] == "DEAD":
-                db.execute(
-                    "UPDATE workflow_commands SET status = 'SUPERSEDED', settled_at = now() WHERE id = %s",
-                    [start["id"]],
-                )
+            start = db.fetchdict(SQL.start_command, [run["id"]])
+            if start and start["status"] == CommandStatus.DEAD:
+                db.execute(SQL.supersede, [start["id"]])
                 drive.history.add("COMMAND_SUPERSEDED", command_id=start["id"], actor=drive.actor)
-                observers.settled_on_commit(run["id"], [(start["id"], "START", "SUPERSEDED")])
+                observers.settled_on_commit(run["id"], [(start["id"], CommandKind.START, CommandStatus.SUPERSEDED)])
             initialise(drive, start["payload"] if start else None)
             drive.decide(step=plan.initial_step, outcome="retry")
             outcome = driver.run_from(drive, plan.initial_step)
         elif run["wait"]:
             # it failed while it waited: return to that wait, re-arming failed timers once
-            run["status"] = "WAITING"
+            run["status"] = RunStatus.WAITING
             timers.rearm_failed(run)
             drive.decide(step=run["current_step"] or "", outcome="retry")
             outcome = WAIT
@@ -444,16 +410,12 @@ def _apply_retry(drive: Drive, cmd: dict[str, Any]) -> Settle:
             drive.decide(step=run["current_step"] or "", outcome="retry")
             outcome = driver.run_from(drive, run["current_step"] or plan.initial_step)
         driver.after_drive(drive, outcome)
-        if run["status"] == "WAITING":
+        if run["status"] == RunStatus.WAITING:
             forks.drain_waiting_branches(drive)  # back at a join: the parked signals of its waiting branches
     if drive.run["status"] in teardown.ENDED:
         return completed(drive, cmd)
-    offered = db.fetchall(
-        "UPDATE workflow_commands SET status = 'PENDING', attempts = 0, available_at = now(), last_error = '' "
-        "WHERE run_id = %s AND status = 'DEAD' RETURNING kind",
-        [run["id"]],
-    )
-    drive.run["open_signals"] = int(drive.run["open_signals"]) + sum(1 for (k,) in offered if k == "SIGNAL")
+    offered = db.fetchall(SQL.reoffer_dead, [run["id"]])
+    drive.run["open_signals"] = int(drive.run["open_signals"]) + sum(1 for (k,) in offered if k == CommandKind.SIGNAL)
     if offered:
         drive.history.add(
             "DEAD_LETTERS_REOFFERED", command_id=cmd["id"], actor=drive.actor, payload={"count": len(offered)}
@@ -463,11 +425,11 @@ def _apply_retry(drive: Drive, cmd: dict[str, Any]) -> Settle:
 
 
 APPLY: dict[str, Callable[[Drive, dict[str, Any]], Settle]] = {
-    "START": _apply_start,
-    "SIGNAL": _apply_signal,
-    "COMPLETION": _apply_completion,
-    "TIMER": timers.apply,
-    "RETRY": _apply_retry,
-    "RESUME": calls.apply_resume,
-    "MIGRATION": migration.apply_migration,
+    CommandKind.START: _apply_start,
+    CommandKind.SIGNAL: _apply_signal,
+    CommandKind.COMPLETION: _apply_completion,
+    CommandKind.TIMER: timers.apply,
+    CommandKind.RETRY: _apply_retry,
+    CommandKind.RESUME: calls.apply_resume,
+    CommandKind.MIGRATION: migration.apply_migration,
 }

@@ -9,12 +9,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from workflows.engine import db
+from workflows.engine import db, sql
 from workflows.engine.actors import Actor
 from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
-from workflows.models import CommandStatus, TaskStatus
+from workflows.models import ActorKind, AttributionStatus, CommandStatus
+
+SQL = sql.load("settlement")
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_.$-]{1,255}$")
+
+
+# Not a command status: a due date or reminder that met a COMPLETING task goes back to the
+# queue, keeping its place and fire time (``segment.settlement``).
+REQUEUE = "REQUEUE"
 
 
 class Settle:
@@ -34,11 +41,11 @@ def named(name: str) -> str:
 def actor_of(row: dict[str, Any]) -> Actor:
     """The actor recorded on a command row (or a history row: the same columns)."""
     return Actor(
-        kind=row.get("actor_kind") or "NONE",
+        kind=row.get("actor_kind") or ActorKind.NONE,
         id=row.get("actor_id") or "",
         reason=row.get("actor_reason") or "",
         on_behalf_of=row.get("on_behalf_of") or "",
-        status=row.get("attribution_status") or "ABSENT",
+        status=row.get("attribution_status") or AttributionStatus.ABSENT,
     )
 
 
@@ -66,8 +73,4 @@ def failure_reason(exc: BaseException) -> str:
 
 def reopen(cmd: dict[str, Any]) -> None:
     """The task a rejected COMPLETION had reserved is open again."""
-    db.execute(
-        f"UPDATE workflow_tasks SET status = '{TaskStatus.OPEN}', reservation_owner = NULL, updated_at = now() "
-        f"WHERE id = %s AND status = '{TaskStatus.COMPLETING}' AND reservation_owner = %s",
-        [cmd["task_id"], cmd["id"]],
-    )
+    db.execute(SQL.reopen_task, [cmd["task_id"], cmd["id"]])

@@ -23,7 +23,7 @@ from workflows.engine.actors import TIMER
 from workflows.engine.context import Drive
 from workflows.engine.evaluate import apply_set
 from workflows.engine.nodes.base import WAIT
-from workflows.engine.settlement import Settle, completed, received
+from workflows.engine.settlement import REQUEUE, Settle, completed, received
 from workflows.models import CommandKind, CommandStatus, RunStatus, TaskStatus, Timer, TimerKind
 
 SQL = sql.load("timers")
@@ -100,7 +100,7 @@ def rearm(run: dict[str, Any], timer: dict[str, Any]) -> dict[str, Any]:
     if timer.get("branch_id"):
         target["branch"] = timer["branch_id"]
     row = db.fetchone(
-        commands.INSERT_AT,
+        commands.SQL.insert_at,
         [
             run["id"],
             seq,
@@ -208,7 +208,7 @@ def fire(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any]) -> Settle:
     if drive.run["status"] != RunStatus.WAITING or wait.get("step") != timer["step"]:
         return stale("WAIT_LEFT: the run has left the wait")
     if kind == TimerKind.DUE and _task_completing(timer):
-        return Settle("REQUEUE")  # held back behind the completion; keeps its place and fire time
+        return Settle(REQUEUE)  # held back behind the completion; keeps its place and fire time
     received(drive, cmd)
     if kind == TimerKind.FIRE:
         if wait.get("fire") != timer["id"] or not isinstance(step, p.TimerStep):
@@ -271,7 +271,7 @@ def _fired(timer: dict[str, Any]) -> None:
 def _remind(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any], stale: Callable[[str], Settle]) -> Settle:
     task = db.fetchdict(SQL.lock_reminded_task, [timer["task_id"]])
     if task is not None and task["status"] == TaskStatus.COMPLETING:
-        return Settle("REQUEUE")  # held back behind the completion; keeps its place and fire time
+        return Settle(REQUEUE)  # held back behind the completion; keeps its place and fire time
     if task is None or task["status"] != TaskStatus.OPEN:
         return stale("TASK_NOT_OPEN: the task is no longer open")
     received(drive, cmd)

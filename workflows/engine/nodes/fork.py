@@ -6,10 +6,12 @@ from __future__ import annotations
 import copy
 
 from workflows.definitions.plan import ForkStep
-from workflows.engine import db, waits
+from workflows.engine import db, sql, waits
 from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.nodes.base import END, Outcome
 from workflows.models import BranchStatus, ParkKind, RunStatus
+
+SQL = sql.load("nodes")
 
 
 def execute(drive: Drive, step: ForkStep) -> Outcome:
@@ -25,24 +27,11 @@ def execute(drive: Drive, step: ForkStep) -> Outcome:
     required = {"all": len(step.branches), "any": 1}.get(join.policy, join.count or len(step.branches))
     base = copy.deepcopy(drive.run["state"])
     # a fork entered again (a loop) starts a new generation of its branches and join
-    db.execute("DELETE FROM workflow_joins WHERE run_id = %s AND fork_step = %s", [drive.run["id"], step.id])
-    db.execute(
-        "UPDATE workflow_branches SET status = 'SUPERSEDED', generation = generation + 1, branch_id = branch_id || "
-        "'#' || id WHERE run_id = %s AND fork_step = %s",
-        [drive.run["id"], step.id],
-    )
-    db.execute(
-        "INSERT INTO workflow_joins (run_id, fork_step, join_step, policy, required, decided, outcome, base) "
-        "VALUES (%s,%s,%s,%s,%s,false,'',%s)",
-        [drive.run["id"], step.id, join.id, join.policy, required, db.jsonb(base)],
-    )
+    db.execute(SQL.delete_join, [drive.run["id"], step.id])
+    db.execute(SQL.supersede_branches, [drive.run["id"], step.id])
+    db.execute(SQL.insert_join, [drive.run["id"], step.id, join.id, join.policy, required, db.jsonb(base)])
     for start in step.branches:
-        db.execute(
-            "INSERT INTO workflow_branches (run_id, fork_step, branch_id, generation, status, current_step, wait, "
-            "state, result, attempts, created_at, updated_at) VALUES (%s,%s,%s,1,'RUNNING',%s,NULL,%s,NULL,0,now(),"
-            "now())",
-            [drive.run["id"], step.id, start, start, db.jsonb(base)],
-        )
+        db.execute(SQL.insert_branch, [drive.run["id"], step.id, start, start, db.jsonb(base)])
     drive.decide(step=step.id, outcome="fork-dispatched")
     waits.enter(drive, step=join.id, kind="join", park_kind=ParkKind.JOIN, outcome="wait-join", fork=step.id)
     drive.run["current_step"] = step.id

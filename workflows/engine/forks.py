@@ -1,13 +1,14 @@
-"""Fork/join: branch tokens, branch-addressed signals, completions and timers, the join.
+"""Fork/join: branch tokens, branch-addressed signals and completions, the join.
 
-A fork dispatches one branch per listed start step. Each branch is a path through the
-graph with waits of its own, driven by the ordinary nodes on its own copy of the state
-(``Drive.in_branch``). A branch ends when its path reaches the fork's join step (or a
+A fork dispatches one branch per listed start step (the ``fork`` node, ``nodes/fork.py``).
+Each branch is a path through the graph with waits of its own, driven by the ordinary nodes
+on its own copy of the state (``Drive.in_branch``). A branch ends when its path reaches the fork's join step (or a
 ``complete``), or fails at a ``fail`` step. The join is decided once (compare-and-set on the
 join row) under its policy — ``all``, ``any`` or ``n-of-m`` — then the reducer folds the
 branch results into the instance state and the run continues after the join, or routes to
 ``onFailure`` (or fails) when the policy can no longer be met. Branches still open when the
 join decides are superseded: their approvals withdrawn, timers disarmed, parks closed.
+A branch's timers fire inside it (``timers``, through ``continue_in_branch``).
 """
 
 from __future__ import annotations

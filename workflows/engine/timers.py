@@ -24,7 +24,7 @@ from workflows.engine.context import Drive
 from workflows.engine.evaluate import apply_set
 from workflows.engine.nodes.base import WAIT
 from workflows.engine.settlement import REQUEUE, Settle, completed, received
-from workflows.models import CommandKind, CommandStatus, RunStatus, TaskStatus, Timer, TimerKind
+from workflows.models import BranchStatus, CommandKind, CommandStatus, RunStatus, TaskStatus, Timer, TimerKind
 
 SQL = sql.load("timers")
 
@@ -166,7 +166,7 @@ def _fire_in_branch(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any]) ->
     from workflows.engine import driver, forks
 
     branch = forks.find_branch(drive, timer["branch_id"])
-    if branch is None or branch["status"] != RunStatus.WAITING:
+    if branch is None or branch["status"] != BranchStatus.WAITING:
         db.execute(SQL.stale, [timer["id"]])
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="BRANCH_ENDED")
         return Settle(CommandStatus.STALE, "BRANCH_ENDED: the timer's branch is no longer waiting")

@@ -11,9 +11,6 @@ class WorkflowsConfig(AppConfig):
 
         conf.reload()  # fails start-up with ImproperlyConfigured naming the bad key
         from workflows import tasks
-        from workflows.engine import setup
-
-        setup.install()  # fork/join, call and other handlers that live in their own modules
 
         tasks.install()  # after-commit wake-ups go out as Celery messages
         __import__("workflows.metrics").metrics.install()  # executor observers feed the Prometheus counters

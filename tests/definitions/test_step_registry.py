@@ -1,6 +1,6 @@
 """Every place that knows the step types names the same ones: the registry in
 ``workflows.definitions.steps`` and what validation, the compiler, the plan, the graph, the
-designer and the authoring guide do with it. (The engine's executors are checked with the engine.)"""
+designer, the authoring guide and the engine's executors do with it."""
 
 from __future__ import annotations
 
@@ -127,3 +127,9 @@ def test_exits_are_found_on_normalised_and_on_written_steps():
         ("gather", "join", False),
     ]
     assert steps.exits({"id": "x", "type": "teleport", "next": "y"}) == []
+
+
+def test_the_engine_executes_exactly_the_registered_step_types():
+    from workflows.engine.nodes import EXECUTORS
+
+    assert set(EXECUTORS) == {kind.step_class for kind in REGISTRY.values()}

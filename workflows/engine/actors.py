@@ -6,6 +6,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from workflows.models import ActorKind, AttributionStatus
+
 LIMIT = 255
 
 
@@ -24,11 +26,11 @@ def sanitise(text: str | None) -> str:
 
 @dataclass(frozen=True)
 class Actor:
-    kind: str = "NONE"  # USER / SERVICE / SYSTEM / NONE
+    kind: str = ActorKind.NONE
     id: str = ""
     reason: str = ""
     on_behalf_of: str = ""
-    status: str = "ABSENT"  # VERIFIED / ABSENT / DEGRADED
+    status: str = AttributionStatus.ABSENT
 
     def columns(self) -> list[str]:
         return [self.kind, self.id, self.reason, self.on_behalf_of, self.status]
@@ -47,21 +49,26 @@ def user(identity: Any, *, on_behalf_of: str = "", degraded: bool = False) -> Ac
     ident = sanitise(identity.get_username()) or "[unprintable]"
     behalf = sanitise(on_behalf_of)
     return Actor(
-        kind="USER",
+        kind=ActorKind.USER,
         id=ident,
         on_behalf_of=behalf if behalf and behalf != ident else "",
-        status="DEGRADED" if degraded else "VERIFIED",
+        status=AttributionStatus.DEGRADED if degraded else AttributionStatus.VERIFIED,
     )
 
 
 def service(service_id: str, *, on_behalf_of: str = "") -> Actor:
     ident = sanitise(service_id) or "[unprintable]"
     behalf = sanitise(on_behalf_of)
-    return Actor(kind="SERVICE", id=ident, on_behalf_of=behalf if behalf != ident else "", status="VERIFIED")
+    return Actor(
+        kind=ActorKind.SERVICE,
+        id=ident,
+        on_behalf_of=behalf if behalf != ident else "",
+        status=AttributionStatus.VERIFIED,
+    )
 
 
 def system(reason: str) -> Actor:
-    return Actor(kind="SYSTEM", reason=sanitise(reason), status="VERIFIED")
+    return Actor(kind=ActorKind.SYSTEM, reason=sanitise(reason), status=AttributionStatus.VERIFIED)
 
 
 TIMER = system("timer")

@@ -1,4 +1,4 @@
-"""``call``: a run starts a child run and waits for it; the child's end resumes the caller.
+"""``call``: the child's end resumes its caller (the node that starts the child is ``nodes/call.py``).
 
 A child that completes continues the caller (``set``, ``next``); one that fails, compensates
 or expires takes the call's ``onFailure`` (else the caller fails, ``CALL_FAILED``); one that is
@@ -14,50 +14,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflows import conf
 from workflows.definitions import plan as p
-from workflows.engine import db, driver, segment, teardown, waits
-from workflows.engine.drive import DeterministicFailure, Drive
-from workflows.engine.evaluate import apply_set, evaluate
+from workflows.engine import driver, forks, teardown, waits
+from workflows.engine.context import Drive
+from workflows.engine.evaluate import apply_set
 from workflows.engine.nodes.base import END, WAIT, Outcome
-from workflows.exceptions import WorkflowError
-
-
-def execute_call(drive: Drive, step: p.CallStep) -> Outcome:
-    from workflows.engine import recording
-
-    depth = int(drive.run.get("call_depth") or 0) + 1
-    if depth > conf.get().EXECUTOR.MAX_CALL_DEPTH:
-        raise DeterministicFailure(f"CALL_DEPTH: call of step {step.id} exceeds the maximum call depth")
-    state = drive.run["state"]
-    payload = evaluate(step.payload, {"state": state}, step=step.id, field="payload") if step.payload else state
-    wait = waits.enter(drive, step=step.id, kind="call", park_kind="CALL", outcome="call")
-    try:
-        recorded = recording.start(
-            definition_id=step.definition_id,
-            version=step.version,
-            scope=drive.run["start_scope"],
-            payload=payload,
-            actor=drive.actor,
-            parent={"run_id": drive.run["id"], "step": step.id, "branch": drive.branch_id, "depth": depth},
-        )
-    except WorkflowError as exc:
-        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: call of step {step.id} refused ({exc.code})") from exc
-    wait["child"] = recorded.run_id
-    drive.history.add(
-        "CALL_STARTED",
-        step=step.id,
-        branch_id=drive.branch_id,
-        command_id=drive.command_id,
-        actor=drive.actor,
-        payload={"child": recorded.run_id},
-    )
-    return WAIT
+from workflows.engine.settlement import Settle, completed, received
+from workflows.models import BranchStatus, CommandStatus, RunStatus
 
 
 def _resume_here(drive: Drive, step: p.CallStep, target: dict[str, Any], result: Any) -> Outcome:
     status = target.get("status", "")
-    waits.leave(drive, "returned" if status == "COMPLETED" else "call-failed")
+    waits.leave(drive, "returned" if status == RunStatus.COMPLETED else "call-failed")
     drive.count_step()
     drive.history.add(
         "CALL_RETURNED",
@@ -67,7 +35,7 @@ def _resume_here(drive: Drive, step: p.CallStep, target: dict[str, Any], result:
         actor=drive.actor,
         payload={"child": target.get("child"), "status": status},
     )
-    if status == "COMPLETED":
+    if status == RunStatus.COMPLETED:
         state = drive.run["state"]
         new_state = apply_set(
             step.set, state, {"state": state, "result": result, "status": status}, step=step.id, field="set"
@@ -78,7 +46,7 @@ def _resume_here(drive: Drive, step: p.CallStep, target: dict[str, Any], result:
     if step.on_failure:
         return driver.run_from(drive, step.on_failure)
     if drive.branch is not None:
-        drive.branch["status"] = "FAILED"
+        drive.branch["status"] = BranchStatus.FAILED
         return WAIT
     drive.history.add(
         "WORKFLOW_FAILED", step=step.id, command_id=drive.command_id, actor=drive.actor, outcome="CALL_FAILED"
@@ -87,7 +55,7 @@ def _resume_here(drive: Drive, step: p.CallStep, target: dict[str, Any], result:
     return END
 
 
-def apply_resume(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
+def apply_resume(drive: Drive, cmd: dict[str, Any]) -> Settle:
     plan = drive.plan
     assert plan is not None
     target = cmd["target"] or {}
@@ -96,36 +64,25 @@ def apply_resume(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
     step = plan.steps.get(target.get("step", ""))
     if not isinstance(step, p.CallStep):
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="NOT_WAITING")
-        return segment.Settle("STALE", "NOT_WAITING: the run does not wait for a called run")
-    segment._received(drive, cmd)
-    if target.get("status") == "CANCELLED" and teardown.waiting_callers(
+        return Settle(CommandStatus.STALE, "NOT_WAITING: the run does not wait for a called run")
+    received(drive, cmd)
+    if target.get("status") == RunStatus.CANCELLED and teardown.waiting_callers(
         {"id": child, "parent_run_id": drive.run["id"]}, {str(drive.run["id"]): drive.run}
     ):
         # a called run cancelled by the executor (the Migrate dialog's Cancel): the run waiting
         # on it at a call is cancelled too, as an operator's cancel does in one transaction
         teardown.cancel_in_segment(drive, command_id=cmd["id"], reason=teardown.CALLED_RUN_CANCELLED)
-        return segment._completed(drive, cmd)
+        return completed(drive, cmd)
     if wait.get("kind") == "call" and str(wait.get("child")) == child:
         outcome = _resume_here(drive, step, target, cmd["payload"])
-        segment._after_drive(drive, outcome)
-        return segment._completed(drive, cmd)
+        driver.after_drive(drive, outcome)
+        return completed(drive, cmd)
     # a branch waiting on this child?
-    for branch in db.fetchdicts(
-        "SELECT id, run_id, fork_step, branch_id, generation, status, current_step, wait, state, result, attempts "
-        "FROM workflow_branches WHERE run_id = %s AND status = 'WAITING' AND wait->>'child' = %s FOR UPDATE",
-        [drive.run["id"], child],
-    ):
-        from workflows.engine import forks
-
-        outcome = forks._continue_in_branch(
+    for branch in forks.waiting_on_child(drive, child):
+        outcome = forks.continue_in_branch(
             drive, branch, lambda b=branch: _resume_here(drive, step, target, cmd["payload"])
         )
-        segment._after_drive(drive, outcome)
-        return segment._completed(drive, cmd)
+        driver.after_drive(drive, outcome)
+        return completed(drive, cmd)
     drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="NOT_WAITING")
-    return segment.Settle("STALE", "NOT_WAITING: the run does not wait for that called run")
-
-
-def install() -> None:
-    segment.resume_handler = apply_resume
-    driver.register_node(p.CallStep, execute_call)
+    return Settle(CommandStatus.STALE, "NOT_WAITING: the run does not wait for that called run")

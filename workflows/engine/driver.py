@@ -1,45 +1,30 @@
 """Driving a run through its plan until it waits or ends, and applying parked signals.
 
-One node per ``nodes/`` module; each answers Next(step), WAIT or END. The step budget
+One executor per step type (``nodes.EXECUTORS``); each answers Next(step), WAIT or END. The step budget
 (MAX_STEPS_PER_SEGMENT) counts every node on the segment.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from workflows.definitions import plan as p
-from workflows.engine import db
-from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
-from workflows.engine.nodes import decision, effects, human_task, service, terminal, timer, wait_signal
+from workflows.definitions import schemas
+from workflows.engine import db, nodes, observers, sql, timers, waits, wakeups
+from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
+from workflows.engine.evaluate import apply_set
 from workflows.engine.nodes.base import BRANCH_DONE, END, WAIT, Next, Outcome
+from workflows.engine.settlement import actor_of, named
+from workflows.models import CommandKind, CommandStatus, RunStatus
 
-NODES: dict[type, Callable[[Drive, Any], Outcome]] = {
-    p.ServiceStep: service.execute,
-    p.DecisionStep: decision.execute,
-    p.WaitSignalStep: wait_signal.execute,
-    p.TimerStep: timer.execute,
-    p.HumanTaskStep: human_task.execute,
-    p.CompleteStep: terminal.complete,
-    p.FailStep: terminal.fail,
-    p.EndStep: terminal.end,
-    p.EmailStep: effects.email,
-    p.AgentStep: effects.agent,
-    p.ScriptStep: effects.script,
-}
-
-
-def register_node(step_type: type, handler: Callable[[Drive, Any], Outcome]) -> None:
-    """Step types that live in other modules (fork/join, call) register here."""
-    NODES[step_type] = handler
+SQL = sql.load("driver")
 
 
 def run_from(drive: Drive, step_id: str) -> Outcome:
     """Drive the run from ``step_id`` until it waits or ends."""
     plan = drive.plan
     assert plan is not None
-    drive.run["status"] = "RUNNING"
+    drive.run["status"] = RunStatus.RUNNING
     drive.run["wait"] = None
     current = step_id
     while True:
@@ -53,10 +38,7 @@ def run_from(drive: Drive, step_id: str) -> Outcome:
         step = plan.steps.get(current)
         if step is None:
             raise DeterministicFailure("DETERMINISTIC_FAILURE: the plan has no such step")
-        handler = NODES.get(type(step))
-        if handler is None:
-            raise DeterministicFailure(f"DETERMINISTIC_FAILURE: step type {step.type} cannot run here")
-        outcome = handler(drive, step)
+        outcome = nodes.EXECUTORS[type(step)](drive, step)
         if isinstance(outcome, Next):
             current = outcome.step
             continue
@@ -71,26 +53,8 @@ def accepts(wait: dict[str, Any] | None, name: str, branch: str | None = None) -
     return name in (wait.get("signals") or [])
 
 
-def deadline_blocked(run_id: Any, wait: dict[str, Any], recorded_at: Any) -> bool:
-    """A signal recorded at or after its wait's timeout fire time never applies there while
-    the timeout is pending, deferred, claimed or dead-lettered (or already fired)."""
-    timer_id = wait.get("timeout")
-    if not timer_id:
-        return False
-    row = db.fetchone(
-        "SELECT 1 FROM workflow_timers t WHERE t.id = %s AND t.fire_at <= %s AND (t.status = 'FIRED' OR EXISTS "
-        "(SELECT 1 FROM workflow_commands c WHERE c.id = t.command_id "
-        "AND c.status IN ('PENDING','DEFERRED','CLAIMED','DEAD')))",
-        [timer_id, recorded_at],
-    )
-    return row is not None
-
-
 def apply_signal(drive: Drive, *, name: str, payload: Any, step_actor: Any = None) -> Outcome:
     """Apply a signal at the run's current signal wait and drive on. Caller holds a savepoint."""
-    from workflows.engine import waits
-    from workflows.engine.evaluate import apply_set
-
     plan = drive.plan
     assert plan is not None
     wait = drive.run["wait"] or {}
@@ -98,11 +62,8 @@ def apply_signal(drive: Drive, *, name: str, payload: Any, step_actor: Any = Non
     if not isinstance(step, p.WaitSignalStep):
         raise DeterministicFailure("DETERMINISTIC_FAILURE: the wait is not a signal wait")
     schema = step.payload_schema if step.payload_schema is not None else plan.contract.signals.get(name)
-    if schema:
-        from workflows.definitions import schemas
-
-        if schemas.validate(schema, payload):
-            raise DeterministicFailure(f"DETERMINISTIC_FAILURE: payload of signal {name} is invalid")
+    if schema and schemas.validate(schema, payload):
+        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: payload of signal {name} is invalid")
     state = drive.run["state"]
     new_state = apply_set(step.set, state, {"state": state, "payload": payload}, step=step.id, field="set")
     waits.leave(drive, "signal")
@@ -130,36 +91,29 @@ def drain_parked(drive: Drive) -> Outcome:
     other signal the wait accepts go back to PENDING at their positions (none is applied out
     of queue order) and each runs as a segment of its own.
     """
-    from workflows.engine import segment
-
     outcome: Outcome = WAIT
-    while drive.run["status"] == "WAITING":
+    while drive.run["status"] == RunStatus.WAITING:
         wait = drive.run["wait"] or {}
         if wait.get("kind") != "signal":
             return outcome
-        rows = db.fetchdicts(
-            "SELECT id, seq, payload, target, recorded_at, actor_kind, actor_id, actor_reason, on_behalf_of, "
-            "attribution_status FROM workflow_commands WHERE run_id = %s AND status = 'PARKED' AND kind = 'SIGNAL' "
-            "ORDER BY order_at, seq",
-            [drive.run["id"]],
-        )
+        rows = db.fetchdicts(SQL.parked_signals, [drive.run["id"]])
         candidates = [
             r
             for r in rows
             if addressed_here(drive, r)
             and accepts(wait, (r["target"] or {}).get("name", ""))
-            and not deadline_blocked(drive.run["id"], wait, r["recorded_at"])
+            and not timers.deadline_blocked(drive.run["id"], wait, r["recorded_at"])
         ]
         if not candidates:
             return outcome
         if drive.steps > drive.max_steps // 2:
             _requeue(drive, candidates)
             return outcome
-        applied = segment.apply_parked(drive, candidates[0])
-        if applied is segment.OVERRUN:
+        applied = apply_parked(drive, candidates[0])
+        if applied is OVERRUN:
             _requeue(drive, candidates)
             return outcome
-        if applied is not segment.REJECTED:
+        if applied is not REJECTED:
             outcome = applied
         # rejected: look at the remaining ones at the same wait
     return outcome
@@ -168,14 +122,67 @@ def drain_parked(drive: Drive) -> Outcome:
 def _requeue(drive: Drive, candidates: list[dict[str, Any]]) -> None:
     """Back to PENDING, each at its own position (sequence and order kept), for segments of
     their own; they keep their open-signal slots."""
-    from workflows.engine import wakeups
-
-    db.execute(
-        "UPDATE workflow_commands SET status = 'PENDING', available_at = now() "
-        "WHERE id = ANY(%s) AND status = 'PARKED'",
-        [[c["id"] for c in candidates]],
-    )
+    db.execute(SQL.requeue_parked, [[c["id"] for c in candidates]])
     wakeups.wake(drive.run["id"])
+
+
+def after_drive(drive: Drive, outcome: Any) -> None:
+    """A command drove the run (or a branch) to a wait: apply the parked signals it accepts."""
+    if outcome is WAIT or drive.run["status"] == RunStatus.WAITING:
+        drain_parked(drive)
+
+
+class _Unapplied:
+    """A parked signal the drain tried but did not apply (``apply_parked``)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+REJECTED = _Unapplied("REJECTED")  # it failed deterministically: settled REJECTED
+OVERRUN = _Unapplied("OVERRUN")  # it ran past the step budget: rolled back, still PARKED
+
+
+def apply_parked(drive: Drive, row: dict[str, Any]) -> Any:
+    """Apply one parked signal at the reached wait. Answers the outcome of its drive (the
+    run's or the branch's: WAIT, END, BRANCH_DONE...) when applied, else REJECTED or
+    OVERRUN (the caller sets it back to PENDING with the others the wait accepts)."""
+    name = (row["target"] or {}).get("name", "")
+    executing_actor, executing_command = drive.actor, drive.command_id
+    drive.actor, drive.command_id = actor_of(row), row["id"]
+    try:
+        try:
+            with drive.savepoint():
+                # settled first, inside the savepoint (a failure puts it back to PARKED): if
+                # applying it ends the run, the teardown must not find it PARKED and reject it
+                db.execute(SQL.parked_applied, [row["id"]])
+                observers.settled_on_commit(drive.run["id"], [(row["id"], CommandKind.SIGNAL, CommandStatus.COMPLETE)])
+                drive.history.add(
+                    "SIGNAL_APPLIED",
+                    command_id=row["id"],
+                    actor=drive.actor,
+                    branch_id=drive.branch_id,
+                    payload={"signal": named(name), "payload": row["payload"]},
+                )
+                outcome = apply_signal(drive, name=name, payload=row["payload"])
+        except StepLimitExceeded:
+            return OVERRUN  # past the budget inside its savepoint: nothing of it stays
+        except DeterministicFailure as exc:
+            db.execute(SQL.parked_rejected, [exc.reason[:4000], row["id"]])
+            drive.history.add(
+                "COMMAND_REJECTED", command_id=row["id"], actor=drive.actor, outcome=exc.reason.split(":")[0]
+            )
+            observers.settled_on_commit(drive.run["id"], [(row["id"], CommandKind.SIGNAL, CommandStatus.REJECTED)])
+            drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
+            return REJECTED
+        drive.history.add("COMMAND_COMPLETED", command_id=row["id"], actor=drive.actor)
+        drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
+        return outcome
+    finally:
+        drive.actor, drive.command_id = executing_actor, executing_command
 
 
 __all__ = [
@@ -185,6 +192,8 @@ __all__ = [
     "StepLimitExceeded",
     "accepts",
     "addressed_here",
+    "after_drive",
+    "apply_parked",
     "apply_signal",
     "drain_parked",
     "run_from",

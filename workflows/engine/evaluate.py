@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from workflows.definitions.plan import Computation
-from workflows.engine.drive import DeterministicFailure
+from workflows.engine.context import DeterministicFailure
 
 log = logging.getLogger("workflows.engine")
 

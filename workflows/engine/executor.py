@@ -19,8 +19,21 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 
 from workflows import conf
 from workflows.definitions.plan import Plan
-from workflows.engine import db, effects, faults, locks, observers, outbox, outcomes, pipeline, rows, segment, sql
-from workflows.engine.drive import DeadlineExceeded, DeterministicFailure, InitialisationFailed, StepLimitExceeded
+from workflows.engine import (
+    db,
+    effects,
+    faults,
+    locks,
+    observers,
+    outbox,
+    outcomes,
+    pipeline,
+    rows,
+    segment,
+    settlement,
+    sql,
+)
+from workflows.engine.context import DeadlineExceeded, DeterministicFailure, InitialisationFailed, StepLimitExceeded
 from workflows.exceptions import DefinitionError, UnknownTypeName, VersionNotRunnable, WorkflowError
 from workflows.models import ENDED_STATUSES, LIVE_STATUSES, CommandKind, CommandStatus, RunStatus
 
@@ -212,9 +225,9 @@ def _claim_slow(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | N
 
 
 def _settle_at_claim(run: dict[str, Any], cmd: dict[str, Any], decision: str) -> None:
-    from workflows.engine.drive import Drive
+    from workflows.engine.context import Drive
 
-    drive = Drive.for_run(run, None, segment.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
+    drive = Drive.for_run(run, None, settlement.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
     settle = segment.settle_by_outcome(drive, cmd, decision)
     drive.save()
     db.execute(SQL.settle_at_claim, [settle.status, settle.reason, cmd["id"]])
@@ -222,9 +235,9 @@ def _settle_at_claim(run: dict[str, Any], cmd: dict[str, Any], decision: str) ->
 
 
 def _dead_letter(run: dict[str, Any], cmd: dict[str, Any]) -> None:
-    from workflows.engine.drive import Drive
+    from workflows.engine.context import Drive
 
-    drive = Drive.for_run(run, None, segment.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
+    drive = Drive.for_run(run, None, settlement.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
     drive.history.add("COMMAND_DEAD", command_id=cmd["id"], actor=drive.actor, outcome="MAX_ATTEMPTS")
     if cmd["kind"] == CommandKind.SIGNAL:
         drive.run["open_signals"] = max(0, int(run["open_signals"]) - 1)
@@ -255,7 +268,7 @@ def defer(head: Head) -> int:
         count = int(row[0])
         if count == 1:
             from workflows.engine.actors import NONE
-            from workflows.engine.drive import Drive
+            from workflows.engine.context import Drive
 
             drive = Drive.for_run(run, None, NONE, executor_id=executor_id())
             drive.history.add(
@@ -299,7 +312,7 @@ def _outcome_unknown(head: Head, token: Any) -> None:
 
 def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: float) -> None:
     """Settle FAILED in a transaction of its own; fail the run for START/RETRY/TIMER/overruns."""
-    from workflows.engine.drive import Drive
+    from workflows.engine.context import Drive
 
     margin = _margin()
     while True:
@@ -312,13 +325,15 @@ def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: fl
                 if effects.has_marker(head.id, token):
                     _outcome_unknown(head, token)
                     return
-                drive = Drive.for_run(run, None, segment.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
+                drive = Drive.for_run(
+                    run, None, settlement.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id()
+                )
                 drive.history.add(
                     "COMMAND_FAILED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":", 1)[0]
                 )
                 fails_run = step_limit or cmd["kind"] in (CommandKind.START, CommandKind.RETRY, CommandKind.TIMER)
                 if cmd["kind"] == CommandKind.COMPLETION and cmd.get("task_id"):
-                    segment._reopen(cmd)
+                    settlement.reopen(cmd)
                 if cmd["kind"] == CommandKind.SIGNAL:
                     run["open_signals"] = max(0, int(run["open_signals"]) - 1)
                 if fails_run and run["status"] not in ENDED_STATUSES:
@@ -443,7 +458,7 @@ def _disposed(exc: Exception, head: Head, token: Any, deadline: float, margin: f
             _retry_transient(head, token, f"TRANSIENT: {exc.code}")
             return "TRANSIENT"
         reason = (
-            segment._failure_reason(exc)
+            settlement.failure_reason(exc)
             if not isinstance(exc, WorkflowError)
             else (f"DETERMINISTIC_FAILURE: {exc.code}")
         )

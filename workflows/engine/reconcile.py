@@ -21,7 +21,7 @@ from typing import Any
 
 from workflows.engine import db, locks, recording, sql, teardown, wakeups
 from workflows.engine.actors import Actor
-from workflows.engine.drive import Drive
+from workflows.engine.context import Drive
 from workflows.engine.recording import Recorded
 from workflows.exceptions import (
     AlreadyMovedOn,

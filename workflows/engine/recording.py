@@ -16,8 +16,8 @@ from typing import Any
 from workflows import conf
 from workflows.engine import bounds, commands, db, locks, observers, pipeline, sql, teardown, wakeups
 from workflows.engine.actors import NONE, Actor, sanitise
-from workflows.engine.drive import Drive
-from workflows.engine.segment import named
+from workflows.engine.context import Drive
+from workflows.engine.settlement import named
 from workflows.exceptions import (
     IdempotencyConflict,
     InstanceNotFound,

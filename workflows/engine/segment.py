@@ -1,14 +1,14 @@
 """One segment: a claimed command applied in one transaction.
 
 try-lock the run → fence the claim (still CLAIMED with our token) → apply the command by
-kind (``_apply_<kind>``) → history → complete the command (0 rows updated = the claim no
-longer stands, and everything rolls back together).
+kind (``APPLY``: START, SIGNAL, COMPLETION and RETRY here; TIMER in ``timers``, RESUME in
+``calls``, MIGRATION in ``migration``; branch-addressed work in ``forks``, all imported
+directly) → history → complete the command (0 rows updated = the claim no longer stands, and
+everything rolls back together).
 """
 
 from __future__ import annotations
 
-import logging
-import re
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -18,23 +18,36 @@ from django.db import transaction
 
 from workflows import conf
 from workflows.definitions import expressions
-from workflows.definitions import plan as p
 from workflows.definitions.plan import Plan
-from workflows.engine import commands, db, driver, faults, locks, observers, outbox, outcomes, teardown, waits
+from workflows.engine import (
+    calls,
+    db,
+    decisions,
+    driver,
+    faults,
+    forks,
+    locks,
+    migration,
+    observers,
+    outcomes,
+    sql,
+    teardown,
+    timers,
+    wakeups,
+)
 from workflows.engine.actors import Actor
-from workflows.engine.drive import (
+from workflows.engine.context import (
     DeterministicFailure,
     Drive,
     InitialisationFailed,
     RedoWithSavepoints,
     StepLimitExceeded,
 )
-from workflows.engine.evaluate import apply_set, evaluate
+from workflows.engine.evaluate import evaluate
 from workflows.engine.nodes.base import WAIT
+from workflows.engine.settlement import REQUEUE, Settle, actor_of, completed, failure_reason, named, received, reopen
 from workflows.exceptions import ExpressionFailed
-
-log = logging.getLogger("workflows.engine")
-_PLAIN = re.compile(r"^[A-Za-z0-9_.$-]{1,255}$")
+from workflows.models import CommandKind, CommandStatus, RunStatus, TaskStatus
 
 
 class Busy(Exception):
@@ -45,33 +58,8 @@ class Fenced(Exception):
     """The claim no longer stands (settled, cancelled or re-claimed by another executor)."""
 
 
-def named(name: str) -> str:
-    return name if _PLAIN.match(name or "") else "[unnamed]"
-
-
-def actor_of(row: dict[str, Any]) -> Actor:
-    return Actor(
-        kind=row.get("actor_kind") or "NONE",
-        id=row.get("actor_id") or "",
-        reason=row.get("actor_reason") or "",
-        on_behalf_of=row.get("on_behalf_of") or "",
-        status=row.get("attribution_status") or "ABSENT",
-    )
-
-
-COMMAND_COLUMNS = (
-    "id, run_id, seq, kind, timer_kind, status, payload, target, task_id, timer_id, attempts, recorded_at, "
-    "fire_at, token, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status, reconcile_action"
-)
-
-
-class Settle:
-    """How the executing command ends: status and the value-free reason."""
-
-    def __init__(self, status: str, reason: str = "") -> None:
-        self.status = status
-        self.reason = reason[:4000]
-        self.more = False  # the run had other runnable commands when the segment took its lock
+SQL = sql.load("segment")
+COMMAND_COLUMNS = SQL.command_columns
 
 
 def run(
@@ -136,7 +124,7 @@ def _run(
             run_row, cmd, plan = opening(remaining_ms)
         else:
             run_row, cmd = locks.try_lock_run_with_command(
-                run_id, command_id, token, remaining_ms, with_task=kind == "COMPLETION"
+                run_id, command_id, token, remaining_ms, with_task=kind == CommandKind.COMPLETION
             )
         if run_row is None:
             raise Busy()
@@ -161,7 +149,9 @@ def _run(
         )
         drive.optimistic = optimistic
         if cmd.get("reconcile_action") == "resolve":
-            drive.resolved_effect = (cmd["target"] or {}).get("resolved_step", "") if cmd["kind"] != "SIGNAL" else ""
+            drive.resolved_effect = (
+                (cmd["target"] or {}).get("resolved_step", "") if cmd["kind"] != CommandKind.SIGNAL else ""
+            )
         # without savepoints, writes nobody reads before the commit (outbox intents) travel
         # with the segment's next statement (``db.defer``); with savepoints each is sent at once
         with db.deferring() if optimistic else nullcontext():
@@ -178,24 +168,12 @@ def _run(
 
 def settlement(drive: Drive, cmd: dict[str, Any], settle: Settle) -> tuple[str, list[Any]]:
     """The executing command's settlement, fenced on its token."""
-    if settle.status == "REQUEUE":
+    if settle.status == REQUEUE:
         # a due date or reminder that met a COMPLETING task: back in the queue, attempt restored
-        return (
-            "UPDATE workflow_commands SET status = 'PENDING', attempts = greatest(attempts - 1, 0), token = NULL, "
-            "lease_until = NULL, claimed_by = '' WHERE id = %s AND status = 'CLAIMED' AND token = %s",
-            [cmd["id"], drive.token],
-        )
-    if settle.status == "PARKED":
-        return (
-            "UPDATE workflow_commands SET status = 'PARKED', was_parked = true, attempts = greatest(attempts - 1, 0), "
-            "token = NULL, lease_until = NULL, claimed_by = '' WHERE id = %s AND status = 'CLAIMED' AND token = %s",
-            [cmd["id"], drive.token],
-        )
-    return (
-        "UPDATE workflow_commands SET status = %s, last_error = %s, token = NULL, lease_until = NULL, "
-        "settled_at = now() WHERE id = %s AND status = 'CLAIMED' AND token = %s",
-        [settle.status, settle.reason, cmd["id"], drive.token],
-    )
+        return SQL.requeue, [cmd["id"], drive.token]
+    if settle.status == CommandStatus.PARKED:
+        return SQL.park, [cmd["id"], drive.token]
+    return SQL.settle, [settle.status, settle.reason, cmd["id"], drive.token]
 
 
 def apply(drive: Drive, cmd: dict[str, Any]) -> Settle:
@@ -206,18 +184,10 @@ def apply(drive: Drive, cmd: dict[str, Any]) -> Settle:
     return handler(drive, cmd)
 
 
-# A branch that can take no more signals: it reached its join, failed, was cancelled with
-# its run, or was superseded (the join decided without it, or its fork was entered again).
-BRANCH_ENDED = ("COMPLETED", "FAILED", "CANCELLED", "SUPERSEDED")
-
-
-def branch_ended(run_id: Any, branch_id: str) -> bool:
+def _branch_ended(run_id: Any, branch_id: str) -> bool:
     """Whether the addressed branch (its latest generation) has ended, or never existed."""
-    row = db.fetchone(
-        "SELECT status FROM workflow_branches WHERE run_id = %s AND branch_id = %s ORDER BY id DESC LIMIT 1",
-        [run_id, branch_id],
-    )
-    return row is None or row[0] in BRANCH_ENDED
+    row = db.fetchone(SQL.branch_status, [run_id, branch_id])
+    return row is None or row[0] in forks.BRANCH_ENDED
 
 
 def outcome_of(run: dict[str, Any], cmd: dict[str, Any]) -> str:
@@ -225,8 +195,8 @@ def outcome_of(run: dict[str, Any], cmd: dict[str, Any]) -> str:
     with, for a branch-addressed signal on a FAILED run, whether its branch has ended (STALE)
     or may still take it after a retry (PARKED)."""
     kind = cmd["kind"]
-    branch = (cmd["target"] or {}).get("branch") if kind == "SIGNAL" else None
-    ended = bool(branch) and run["status"] == "FAILED" and branch_ended(run["id"], str(branch))
+    branch = (cmd["target"] or {}).get("branch") if kind == CommandKind.SIGNAL else None
+    ended = bool(branch) and run["status"] == RunStatus.FAILED and _branch_ended(run["id"], str(branch))
     return outcomes.decide(kind, run["status"], branch_addressed=bool(branch), branch_ended=ended)
 
 
@@ -234,17 +204,13 @@ def canceller(run_id: Any) -> Actor | None:
     """Who cancelled the run: the actor of its latest CANCELLED entry (None when it has none).
     A command that meets the cancelled run later is logged as cancelled by them, not by the
     command's own recorder."""
-    row = db.fetchdict(
-        "SELECT actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status FROM workflow_history "
-        "WHERE run_id = %s AND type = 'CANCELLED' ORDER BY seq DESC LIMIT 1",
-        [run_id],
-    )
+    row = db.fetchdict(SQL.canceller, [run_id])
     return actor_of(row) if row is not None else None
 
 
 def settle_by_outcome(drive: Drive, cmd: dict[str, Any], decision: str) -> Settle:
     reason = outcomes.reason(cmd["kind"], drive.run["status"])
-    if decision == outcomes.STALE and cmd["kind"] == "SIGNAL" and drive.run["status"] == "FAILED":
+    if decision == outcomes.STALE and cmd["kind"] == CommandKind.SIGNAL and drive.run["status"] == RunStatus.FAILED:
         reason = "BRANCH_ENDED: the addressed branch has ended"
     if decision == outcomes.PARK:
         drive.history.add(
@@ -253,22 +219,16 @@ def settle_by_outcome(drive: Drive, cmd: dict[str, Any], decision: str) -> Settl
             actor=drive.actor,
             payload={"signal": named((cmd["target"] or {}).get("name", ""))},
         )
-        return Settle("PARKED")
-    if cmd["kind"] == "SIGNAL":
+        return Settle(CommandStatus.PARKED)
+    if cmd["kind"] == CommandKind.SIGNAL:
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-    if cmd["kind"] == "COMPLETION" and cmd.get("task_id"):
-        if decision == outcomes.REJECT and drive.run["status"] == "FAILED":
-            _reopen(cmd)
+    if cmd["kind"] == CommandKind.COMPLETION and cmd.get("task_id"):
+        if decision == outcomes.REJECT and drive.run["status"] == RunStatus.FAILED:
+            reopen(cmd)
         else:
-            db.execute(
-                "UPDATE workflow_tasks SET status = 'CANCELLED', reservation_owner = NULL, closed_at = now(), "
-                "updated_at = now() WHERE id = %s AND status IN ('OPEN','COMPLETING')",
-                [cmd["task_id"]],
-            )
-    if cmd["kind"] == "TIMER" and cmd.get("timer_id"):
-        db.execute(
-            "UPDATE workflow_timers SET status = 'STALE' WHERE id = %s AND status = 'SCHEDULED'", [cmd["timer_id"]]
-        )
+            db.execute(SQL.cancel_task, [cmd["task_id"]])
+    if cmd["kind"] == CommandKind.TIMER and cmd.get("timer_id"):
+        db.execute(SQL.timer_stale, [cmd["timer_id"]])
     entry = {
         outcomes.REJECT: "COMMAND_REJECTED",
         outcomes.STALE: "COMMAND_STALE",
@@ -278,35 +238,12 @@ def settle_by_outcome(drive: Drive, cmd: dict[str, Any], decision: str) -> Settl
     if decision == outcomes.CANCEL:
         actor = canceller(drive.run["id"]) or actor
     drive.history.add(entry, command_id=cmd["id"], actor=actor, outcome=reason.split(":", 1)[0])
-    status = {outcomes.REJECT: "REJECTED", outcomes.STALE: "STALE", outcomes.CANCEL: "CANCELLED"}[decision]
+    status = {
+        outcomes.REJECT: CommandStatus.REJECTED,
+        outcomes.STALE: CommandStatus.STALE,
+        outcomes.CANCEL: CommandStatus.CANCELLED,
+    }[decision]
     return Settle(status, reason)
-
-
-def _reopen(cmd: dict[str, Any]) -> None:
-    db.execute(
-        "UPDATE workflow_tasks SET status = 'OPEN', reservation_owner = NULL, updated_at = now() "
-        "WHERE id = %s AND status = 'COMPLETING' AND reservation_owner = %s",
-        [cmd["task_id"], cmd["id"]],
-    )
-
-
-def _received(drive: Drive, cmd: dict[str, Any], payload: Any = None) -> None:
-    drive.history.add(
-        "COMMAND_RECEIVED",
-        command_id=cmd["id"],
-        actor=drive.actor,
-        payload={"kind": cmd["kind"], "seq": cmd["seq"], **({"payload": payload} if payload is not None else {})},
-    )
-
-
-def _completed(drive: Drive, cmd: dict[str, Any]) -> Settle:
-    drive.history.add("COMMAND_COMPLETED", command_id=cmd["id"], actor=drive.actor)
-    return Settle("COMPLETE")
-
-
-def _after_drive(drive: Drive, outcome: Any) -> None:
-    if outcome is WAIT or drive.run["status"] == "WAITING":
-        driver.drain_parked(drive)
 
 
 # --- START -------------------------------------------------------------------------------
@@ -315,15 +252,15 @@ def _after_drive(drive: Drive, outcome: Any) -> None:
 def _apply_start(drive: Drive, cmd: dict[str, Any]) -> Settle:
     plan = drive.plan
     assert plan is not None
-    if drive.run["status"] != "PENDING":
+    if drive.run["status"] != RunStatus.PENDING:
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="ALREADY_STARTED")
-        return Settle("STALE", "ALREADY_STARTED: the run has already started")
+        return Settle(CommandStatus.STALE, "ALREADY_STARTED: the run has already started")
     payload = cmd["payload"]
-    _received(drive, cmd, payload)
+    received(drive, cmd, payload)
     initialise(drive, payload)
     outcome = driver.run_from(drive, plan.initial_step)
-    _after_drive(drive, outcome)
-    return _completed(drive, cmd)
+    driver.after_drive(drive, outcome)
+    return completed(drive, cmd)
 
 
 def initialise(drive: Drive, payload: Any) -> None:
@@ -369,23 +306,22 @@ def _apply_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
     assert plan is not None
     target = cmd["target"] or {}
     name = target.get("name", "")
-    _received(drive, cmd, cmd["payload"])
+    received(drive, cmd, cmd["payload"])
     if not plan.waits_for(name):
         reason = f"SIGNAL_REJECTED: the plan never waits for signal {named(name)}"
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="SIGNAL_REJECTED")
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-        return Settle("REJECTED", reason)
+        return Settle(CommandStatus.REJECTED, reason)
     wait = drive.run["wait"]
     branch = target.get("branch")
-    if branch and branch_handler is not None:
-        return branch_handler(drive, cmd)
-    if instance_signal_router is not None:
-        routed = instance_signal_router(drive, cmd)
-        if routed is not None:
-            return routed
-    if not driver.accepts(wait, name, branch) or driver.deadline_blocked(drive.run["id"], wait, cmd["recorded_at"]):
+    if branch:
+        return forks.apply_branch_signal(drive, cmd)
+    routed = forks.route_instance_signal(drive, cmd)
+    if routed is not None:
+        return routed
+    if not driver.accepts(wait, name, branch) or timers.deadline_blocked(drive.run["id"], wait, cmd["recorded_at"]):
         drive.history.add("SIGNAL_PARKED", command_id=cmd["id"], actor=drive.actor, payload={"signal": named(name)})
-        return Settle("PARKED")
+        return Settle(CommandStatus.PARKED)
     try:
         with drive.savepoint():
             drive.history.add(
@@ -396,82 +332,13 @@ def _apply_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
             )
             outcome = driver.apply_signal(drive, name=name, payload=cmd["payload"])
     except (DeterministicFailure, StepLimitExceeded) as exc:
-        reason = _failure_reason(exc)
+        reason = failure_reason(exc)
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-        return Settle("REJECTED", reason)
+        return Settle(CommandStatus.REJECTED, reason)
     drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-    _after_drive(drive, outcome)
-    return _completed(drive, cmd)
-
-
-def _failure_reason(exc: BaseException) -> str:
-    if isinstance(exc, StepLimitExceeded):
-        return "STEP_LIMIT: the segment ran more nodes than maxStepsPerSegment"
-    if isinstance(exc, DeterministicFailure):
-        return exc.reason
-    return "DETERMINISTIC_FAILURE: the command failed"
-
-
-class _Unapplied:
-    """A parked signal the drain tried but did not apply (``apply_parked``)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-REJECTED = _Unapplied("REJECTED")  # it failed deterministically: settled REJECTED
-OVERRUN = _Unapplied("OVERRUN")  # it ran past the step budget: rolled back, still PARKED
-
-
-def apply_parked(drive: Drive, row: dict[str, Any]) -> Any:
-    """Apply one parked signal at the reached wait. Answers the outcome of its drive (the
-    run's or the branch's: WAIT, END, BRANCH_DONE...) when applied, else REJECTED or
-    OVERRUN (the caller sets it back to PENDING with the others the wait accepts)."""
-    name = (row["target"] or {}).get("name", "")
-    executing_actor, executing_command = drive.actor, drive.command_id
-    drive.actor, drive.command_id = actor_of(row), row["id"]
-    try:
-        try:
-            with drive.savepoint():
-                # settled first, inside the savepoint (a failure puts it back to PARKED): if
-                # applying it ends the run, the teardown must not find it PARKED and reject it
-                db.execute(
-                    "UPDATE workflow_commands SET status = 'COMPLETE', settled_at = now() "
-                    "WHERE id = %s AND status = 'PARKED'",
-                    [row["id"]],
-                )
-                observers.settled_on_commit(drive.run["id"], [(row["id"], "SIGNAL", "COMPLETE")])
-                drive.history.add(
-                    "SIGNAL_APPLIED",
-                    command_id=row["id"],
-                    actor=drive.actor,
-                    branch_id=drive.branch_id,
-                    payload={"signal": named(name), "payload": row["payload"]},
-                )
-                outcome = driver.apply_signal(drive, name=name, payload=row["payload"])
-        except StepLimitExceeded:
-            return OVERRUN  # past the budget inside its savepoint: nothing of it stays
-        except DeterministicFailure as exc:
-            db.execute(
-                "UPDATE workflow_commands SET status = 'REJECTED', settled_at = now(), last_error = %s "
-                "WHERE id = %s AND status = 'PARKED'",
-                [exc.reason[:4000], row["id"]],
-            )
-            drive.history.add(
-                "COMMAND_REJECTED", command_id=row["id"], actor=drive.actor, outcome=exc.reason.split(":")[0]
-            )
-            observers.settled_on_commit(drive.run["id"], [(row["id"], "SIGNAL", "REJECTED")])
-            drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-            return REJECTED
-        drive.history.add("COMMAND_COMPLETED", command_id=row["id"], actor=drive.actor)
-        drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
-        return outcome
-    finally:
-        drive.actor, drive.command_id = executing_actor, executing_command
+    driver.after_drive(drive, outcome)
+    return completed(drive, cmd)
 
 
 # --- COMPLETION ----------------------------------------------------------------------------
@@ -484,234 +351,27 @@ def _apply_completion(drive: Drive, cmd: dict[str, Any]) -> Settle:
         task = cmd["_task"]
         drive.open_things_beside = cmd.get("_open_beside")
     else:
-        task = db.fetchdict(
-            "SELECT id, step, branch_id, status, reservation_owner FROM workflow_tasks WHERE id = %s FOR UPDATE",
-            [cmd["task_id"]],
-            prepared=True,
-        )
-    if task is None or task["status"] != "COMPLETING" or task["reservation_owner"] != cmd["id"]:
+        task = db.fetchdict(SQL.lock_task, [cmd["task_id"]], prepared=True)
+    if task is None or task["status"] != TaskStatus.COMPLETING or task["reservation_owner"] != cmd["id"]:
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="TASK_NOT_RESERVED")
-        return Settle("STALE", "TASK_NOT_RESERVED: the task is not reserved by this completion")
-    if task["branch_id"] and completion_branch_handler is not None:
-        return completion_branch_handler(drive, cmd, task)
-    _received(drive, cmd)
+        return Settle(CommandStatus.STALE, "TASK_NOT_RESERVED: the task is not reserved by this completion")
+    if task["branch_id"]:
+        return forks.apply_branch_completion(drive, cmd, task)
+    received(drive, cmd)
     target = cmd["target"] or {}
     try:
         with drive.savepoint():
-            outcome = apply_decision(drive, task, target)
+            outcome = decisions.apply_decision(drive, task, target)
     except (DeterministicFailure, StepLimitExceeded) as exc:
-        reason = _failure_reason(exc)
-        _reopen(cmd)
+        reason = failure_reason(exc)
+        reopen(cmd)
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
-        return Settle("REJECTED", reason)
-    _after_drive(drive, outcome)
-    return _completed(drive, cmd)
-
-
-def apply_decision(drive: Drive, task: dict[str, Any], target: dict[str, Any]) -> Any:
-    plan = drive.plan
-    assert plan is not None
-    wait = drive.run["wait"] or {}
-    if wait.get("kind") != "task" or wait.get("task") != str(task["id"]):
-        raise DeterministicFailure("DETERMINISTIC_FAILURE: the run does not wait for this task")
-    step = plan.steps.get(task["step"])
-    if not isinstance(step, p.HumanTaskStep):
-        raise DeterministicFailure("DETERMINISTIC_FAILURE: the task's step is not a human task")
-    name = target.get("decision", "")
-    chosen = next((d for d in step.decisions if d.name == name), None)
-    if chosen is None:
-        raise DeterministicFailure("DETERMINISTIC_FAILURE: the decision is not offered")
-    payload = target.get("payload")
-    if chosen.payload_schema:
-        from workflows.definitions import schemas
-
-        if schemas.validate(chosen.payload_schema, payload if payload is not None else {}):
-            raise DeterministicFailure("DETERMINISTIC_FAILURE: the decision payload is invalid")
-    if step.require_version_stability and str(target.get("subject_version") or "") != str(
-        drive.run["subject_version"] or ""
-    ):
-        raise DeterministicFailure("DETERMINISTIC_FAILURE: the reviewed subject version is stale")
-    completed = (
-        "UPDATE workflow_tasks SET status = 'COMPLETED', decision = %s, completed_by = %s, closed_at = now(), "
-        "updated_at = now() WHERE id = %s",
-        [name, (target.get("completed_by") or drive.actor.id or "")[:255], task["id"]],
-    )
-    # one statement for the park and the task; when the decision leads straight to the run's
-    # end, what the run still holds is read in the same round trip
-    ends = drive.branch is None and isinstance(plan.steps.get(chosen.next), p.CompleteStep)
-    waits.leave(drive, "decision", along=[completed], read_open_things=ends)
-    drive.history.add(
-        "TASK_COMPLETED",
-        step=step.id,
-        command_id=drive.command_id,
-        actor=drive.actor,
-        payload={"task": str(task["id"]), "decision": named(name)},
-    )
-    state = drive.run["state"]
-    new_state = apply_set(
-        chosen.set, state, {"state": state, "payload": payload or {}, "decision": name}, step=step.id, field="set"
-    )
-    drive.count_step()
-    drive.decide(step=step.id, outcome="task-decided", new_state=new_state, change=chosen.set is not None)
-    return driver.run_from(drive, chosen.next)
+        return Settle(CommandStatus.REJECTED, reason)
+    driver.after_drive(drive, outcome)
+    return completed(drive, cmd)
 
 
 # --- TIMER ---------------------------------------------------------------------------------
-
-
-def _apply_timer(drive: Drive, cmd: dict[str, Any]) -> Settle:
-    timer = db.fetchdict(
-        "SELECT id, command_id, kind, status, step, branch_id, task_id, fire_at, interval_seconds "
-        "FROM workflow_timers WHERE id = %s FOR UPDATE",
-        [cmd["timer_id"]],
-    )
-    if timer is None or timer["status"] != "SCHEDULED" or timer["command_id"] != cmd["id"]:
-        drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="TIMER_NOT_SCHEDULED")
-        return Settle("STALE", "TIMER_NOT_SCHEDULED: the timer is no longer scheduled")
-    if timer["branch_id"] and timer_branch_handler is not None:
-        return timer_branch_handler(drive, cmd, timer)
-    settle = fire_timer(drive, cmd, timer)
-    if settle.status == "COMPLETE":
-        _after_drive(drive, drive.last_outcome)
-    return settle
-
-
-def fire_timer(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any]) -> Settle:
-    """Fire a timer at the (swapped-in) wait; the outcome of the drive is left in
-    ``drive.last_outcome`` so the caller can apply parked signals or decide a join."""
-    plan = drive.plan
-    assert plan is not None
-    wait = drive.run["wait"] or {}
-    drive.last_outcome = None
-
-    def stale(reason: str) -> Settle:
-        if timer["status"] == "SCHEDULED":
-            db.execute("UPDATE workflow_timers SET status = 'STALE' WHERE id = %s", [timer["id"]])
-        drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
-        return Settle("STALE", reason)
-
-    kind = timer["kind"]
-    step = plan.steps.get(timer["step"])
-    if kind == "REMINDER":
-        return _remind(drive, cmd, timer, stale)
-    if drive.run["status"] != "WAITING" or wait.get("step") != timer["step"]:
-        return stale("WAIT_LEFT: the run has left the wait")
-    if kind == "DUE" and _task_completing(timer):
-        return Settle("REQUEUE")  # held back behind the completion; keeps its place and fire time
-    _received(drive, cmd)
-    if kind == "FIRE":
-        if wait.get("fire") != timer["id"] or not isinstance(step, p.TimerStep):
-            return stale("WAIT_LEFT: the run has left the wait")
-        _fired(drive, cmd, timer)
-        drive.history.add("TIMER_FIRED", step=step.id, command_id=cmd["id"], actor=drive.actor)
-        waits.leave(drive, "timer", keep_timer=timer["id"])
-        state = drive.run["state"]
-        new_state = apply_set(step.set, state, {"state": state}, step=step.id, field="set")
-        drive.count_step()
-        drive.decide(step=step.id, outcome="timer-fired", new_state=new_state, change=step.set is not None)
-        outcome = driver.run_from(drive, step.next or "")
-    elif kind == "TIMEOUT":
-        if wait.get("timeout") != timer["id"] or not isinstance(step, p.WaitSignalStep) or step.timeout is None:
-            return stale("WAIT_LEFT: the run has left the wait")
-        _fired(drive, cmd, timer)
-        drive.history.add("TIMEOUT", step=step.id, command_id=cmd["id"], actor=drive.actor)
-        waits.leave(drive, "timer", keep_timer=timer["id"])
-        state = drive.run["state"]
-        new_state = apply_set(step.timeout.set, state, {"state": state}, step=step.id, field="timeout.set")
-        drive.count_step()
-        drive.decide(step=step.id, outcome="timeout", new_state=new_state, change=step.timeout.set is not None)
-        outcome = driver.run_from(drive, step.timeout.next)
-    elif kind == "DUE":
-        task = db.fetchdict("SELECT id, status FROM workflow_tasks WHERE id = %s FOR UPDATE", [timer["task_id"]])
-        if (
-            task is None
-            or task["status"] != "OPEN"
-            or wait.get("task") != str(task["id"])
-            or not isinstance(step, p.HumanTaskStep)
-            or step.due is None
-        ):
-            return stale("TASK_NOT_OPEN: the task is no longer open")
-        _fired(drive, cmd, timer)
-        db.execute(
-            "UPDATE workflow_tasks SET status = 'EXPIRED', closed_at = now(), updated_at = now() WHERE id = %s",
-            [task["id"]],
-        )
-        drive.history.add(
-            "TASK_EXPIRED", step=step.id, command_id=cmd["id"], actor=drive.actor, payload={"task": str(task["id"])}
-        )
-        waits.leave(drive, "timer", keep_timer=timer["id"])
-        state = drive.run["state"]
-        new_state = apply_set(step.due.set, state, {"state": state}, step=step.id, field="due.set")
-        drive.count_step()
-        drive.decide(step=step.id, outcome="task-expired", new_state=new_state, change=step.due.set is not None)
-        outcome = driver.run_from(drive, step.due.next)
-    else:
-        return stale("UNKNOWN_TIMER: the timer kind is unknown")
-    drive.last_outcome = outcome
-    return _completed(drive, cmd)
-
-
-def _task_completing(timer: dict[str, Any]) -> bool:
-    row = db.fetchone("SELECT status FROM workflow_tasks WHERE id = %s", [timer["task_id"]])
-    return row is not None and row[0] == "COMPLETING"
-
-
-def _fired(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any]) -> None:
-    db.execute("UPDATE workflow_timers SET status = 'FIRED' WHERE id = %s", [timer["id"]])
-
-
-def _remind(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any], stale: Callable[[str], Settle]) -> Settle:
-    task = db.fetchdict(
-        "SELECT id, status, step, assignment_mode, assignment_value FROM workflow_tasks WHERE id = %s FOR UPDATE",
-        [timer["task_id"]],
-    )
-    if task is not None and task["status"] == "COMPLETING":
-        return Settle("REQUEUE")  # held back behind the completion; keeps its place and fire time
-    if task is None or task["status"] != "OPEN":
-        return stale("TASK_NOT_OPEN: the task is no longer open")
-    _received(drive, cmd)
-    _fired(drive, cmd, timer)
-    row = db.fetchone(
-        "UPDATE workflow_tasks SET reminder_count = reminder_count + 1, updated_at = now() WHERE id = %s "
-        "RETURNING reminder_count",
-        [task["id"]],
-    )
-    count = int(row[0]) if row else 0
-    drive.history.add(
-        "TASK_REMINDER_FIRED",
-        step=task["step"],
-        command_id=cmd["id"],
-        actor=drive.actor,
-        payload={"task": str(task["id"]), "count": count},
-    )
-    outbox.notify_task(
-        drive,
-        task_id=task["id"],
-        reason="reminder",
-        seq=count,
-        assignment=(task["assignment_mode"], task["assignment_value"]),
-    )
-    if timer["interval_seconds"]:
-        # anchored at the previous scheduled fire, not at when this segment ran
-        nxt = commands.insert_timer(
-            drive.run,
-            timer_kind="REMINDER",
-            step=timer["step"],
-            delay_seconds=0.0,
-            at=timer["fire_at"] + __import__("datetime").timedelta(seconds=float(timer["interval_seconds"])),
-            task_id=task["id"],
-            branch_id=timer["branch_id"] or "",
-            interval_seconds=timer["interval_seconds"],
-        )
-        wait = drive.run.get("wait")
-        if wait and wait.get("task") == str(task["id"]):
-            timers = [t for t in wait.get("timers", []) if t != timer["id"]]
-            timers.append(nxt["timer_id"])
-            wait["timers"] = timers
-        from workflows.engine import wakeups
-
-        wakeups.wake(drive.run["id"], nxt["fire_at"])
-    return _completed(drive, cmd)
 
 
 # --- RETRY ---------------------------------------------------------------------------------
@@ -721,98 +381,55 @@ def _apply_retry(drive: Drive, cmd: dict[str, Any]) -> Settle:
     plan = drive.plan
     assert plan is not None
     run = drive.run
-    has_dead = (
-        db.fetchone("SELECT 1 FROM workflow_commands WHERE run_id = %s AND status = 'DEAD' LIMIT 1", [run["id"]])
-        is not None
-    )
-    if run["status"] != "FAILED" and not has_dead:
+    has_dead = db.fetchone(SQL.has_dead, [run["id"]]) is not None
+    if run["status"] != RunStatus.FAILED and not has_dead:
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="NOTHING_TO_RECOVER")
-        return Settle("STALE", "NOTHING_TO_RECOVER: the run is neither failed nor holds a dead-lettered command")
-    _received(drive, cmd)
+        return Settle(
+            CommandStatus.STALE, "NOTHING_TO_RECOVER: the run is neither failed nor holds a dead-lettered command"
+        )
+    received(drive, cmd)
     outcome: Any = None
-    if run["status"] == "FAILED":
+    if run["status"] == RunStatus.FAILED:
         run["failure_code"], run["failure_message"] = "", ""
         if run["state"] is None:
-            start = db.fetchdict(
-                "SELECT id, status, payload FROM workflow_commands WHERE run_id = %s AND kind = 'START' "
-                "ORDER BY seq LIMIT 1",
-                [run["id"]],
-            )
-            if start and start["status"] == "DEAD":
-                db.execute(
-                    "UPDATE workflow_commands SET status = 'SUPERSEDED', settled_at = now() WHERE id = %s",
-                    [start["id"]],
-                )
+            start = db.fetchdict(SQL.start_command, [run["id"]])
+            if start and start["status"] == CommandStatus.DEAD:
+                db.execute(SQL.supersede, [start["id"]])
                 drive.history.add("COMMAND_SUPERSEDED", command_id=start["id"], actor=drive.actor)
-                observers.settled_on_commit(run["id"], [(start["id"], "START", "SUPERSEDED")])
+                observers.settled_on_commit(run["id"], [(start["id"], CommandKind.START, CommandStatus.SUPERSEDED)])
             initialise(drive, start["payload"] if start else None)
             drive.decide(step=plan.initial_step, outcome="retry")
             outcome = driver.run_from(drive, plan.initial_step)
         elif run["wait"]:
             # it failed while it waited: return to that wait, re-arming failed timers once
-            run["status"] = "WAITING"
-            rearmed = []
-            for t in db.fetchdicts(
-                "SELECT t.id, t.kind, t.step, t.branch_id, t.task_id, t.fire_at FROM workflow_timers t "
-                "LEFT JOIN workflow_commands c ON c.id = t.command_id WHERE t.run_id = %s AND "
-                "(t.status = 'FAILED' OR (t.status IN ('SCHEDULED','STALE') AND c.status IN ('FAILED','STALE')))",
-                [run["id"]],
-            ):
-                rearmed.append(commands.rearm_timer(run, t))
+            run["status"] = RunStatus.WAITING
+            timers.rearm_failed(run)
             drive.decide(step=run["current_step"] or "", outcome="retry")
             outcome = WAIT
         else:
             drive.decide(step=run["current_step"] or "", outcome="retry")
             outcome = driver.run_from(drive, run["current_step"] or plan.initial_step)
-        _after_drive(drive, outcome)
-        if join_drainer is not None and run["status"] == "WAITING":
-            join_drainer(drive)  # back at a join: the parked signals of its waiting branches
+        driver.after_drive(drive, outcome)
+        if run["status"] == RunStatus.WAITING:
+            forks.drain_waiting_branches(drive)  # back at a join: the parked signals of its waiting branches
     if drive.run["status"] in teardown.ENDED:
-        return _completed(drive, cmd)
-    offered = db.fetchall(
-        "UPDATE workflow_commands SET status = 'PENDING', attempts = 0, available_at = now(), last_error = '' "
-        "WHERE run_id = %s AND status = 'DEAD' RETURNING kind",
-        [run["id"]],
-    )
-    drive.run["open_signals"] = int(drive.run["open_signals"]) + sum(1 for (k,) in offered if k == "SIGNAL")
+        return completed(drive, cmd)
+    offered = db.fetchall(SQL.reoffer_dead, [run["id"]])
+    drive.run["open_signals"] = int(drive.run["open_signals"]) + sum(1 for (k,) in offered if k == CommandKind.SIGNAL)
     if offered:
         drive.history.add(
             "DEAD_LETTERS_REOFFERED", command_id=cmd["id"], actor=drive.actor, payload={"count": len(offered)}
         )
-    from workflows.engine import wakeups
-
     wakeups.wake(run["id"])
-    return _completed(drive, cmd)
+    return completed(drive, cmd)
 
-
-def _apply_resume(drive: Drive, cmd: dict[str, Any]) -> Settle:
-    if resume_handler is None:
-        return Settle("STALE", "NOT_WAITING: the run does not wait for a called run")
-    return resume_handler(drive, cmd)
-
-
-def _apply_migration(drive: Drive, cmd: dict[str, Any]) -> Settle:
-    if migration_handler is None:
-        drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="MIGRATION_REJECTED")
-        return Settle("REJECTED", "MIGRATION_REJECTED: this node runs no migration handler")
-    return migration_handler(drive, cmd)
-
-
-# Hooks the fork/join, call and migration modules install (they live in their own modules).
-branch_handler: Callable[[Drive, dict[str, Any]], Settle] | None = None
-instance_signal_router: Callable[[Drive, dict[str, Any]], Settle | None] | None = None
-completion_branch_handler: Callable[[Drive, dict[str, Any], dict[str, Any]], Settle] | None = None
-join_drainer: Callable[[Drive], None] | None = None
-timer_branch_handler: Callable[[Drive, dict[str, Any], dict[str, Any]], Settle] | None = None
-resume_handler: Callable[[Drive, dict[str, Any]], Settle] | None = None
-migration_handler: Callable[[Drive, dict[str, Any]], Settle] | None = None
 
 APPLY: dict[str, Callable[[Drive, dict[str, Any]], Settle]] = {
-    "START": _apply_start,
-    "SIGNAL": _apply_signal,
-    "COMPLETION": _apply_completion,
-    "TIMER": _apply_timer,
-    "RETRY": _apply_retry,
-    "RESUME": _apply_resume,
-    "MIGRATION": _apply_migration,
+    CommandKind.START: _apply_start,
+    CommandKind.SIGNAL: _apply_signal,
+    CommandKind.COMPLETION: _apply_completion,
+    CommandKind.TIMER: timers.apply,
+    CommandKind.RETRY: _apply_retry,
+    CommandKind.RESUME: calls.apply_resume,
+    CommandKind.MIGRATION: migration.apply_migration,
 }

@@ -25,25 +25,24 @@ from typing import Any
 
 from django.utils import timezone
 
-from workflows.engine import commands, db, locks, observers, outbox, outcomes
-from workflows.engine.actors import Actor
-from workflows.engine.drive import Drive
-from workflows.engine.history import HistoryBuffer
+from workflows.engine import commands, db, locks, observers, outbox, sql
+from workflows.engine.actors import Actor, sanitise
+from workflows.engine.context import Drive
+from workflows.engine.settlement import actor_of
+from workflows.models import ENDED_STATUSES, CommandKind, CommandStatus, RunStatus, TaskStatus
 
-ENDED = ("COMPLETED", "CANCELLED", "COMPENSATED", "EXPIRED")
+SQL = sql.load("teardown")
+
+ENDED = ENDED_STATUSES
 # the caller's side of a called run cancelled under it (history of the caller)
 CALLED_RUN_CANCELLED = "called run cancelled"
 
 
 def _withdraw_tasks(drive: Drive, *, status: str) -> None:
-    tasks = db.fetchdicts(
-        "UPDATE workflow_tasks SET status = %s, reservation_owner = NULL, closed_at = now(), updated_at = now() "
-        "WHERE run_id = %s AND status IN ('OPEN','COMPLETING') RETURNING id, step, branch_id",
-        [status, drive.run["id"]],
-    )
+    tasks = db.fetchdicts(SQL.withdraw_tasks, [status, drive.run["id"]])
     for t in tasks:
         drive.history.add(
-            "TASK_WITHDRAWN" if status == "WITHDRAWN" else "TASK_CANCELLED",
+            "TASK_WITHDRAWN" if status == TaskStatus.WITHDRAWN else "TASK_CANCELLED",
             step=t["step"],
             branch_id=t["branch_id"],
             actor=drive.actor,
@@ -52,47 +51,15 @@ def _withdraw_tasks(drive: Drive, *, status: str) -> None:
         )
 
 
-OPEN_THINGS = (
-    "SELECT EXISTS (SELECT 1 FROM workflow_parks WHERE run_id = %(r)s AND left_at IS NULL) AS parks, "
-    "EXISTS (SELECT 1 FROM workflow_timers WHERE run_id = %(r)s AND status = 'SCHEDULED') AS timers, "
-    "EXISTS (SELECT 1 FROM workflow_tasks WHERE run_id = %(r)s AND status IN ('OPEN','COMPLETING')) AS tasks, "
-    "EXISTS (SELECT 1 FROM workflow_branches WHERE run_id = %(r)s AND status IN ('RUNNING','WAITING')) AS branches, "
-    "EXISTS (SELECT 1 FROM workflow_commands WHERE run_id = %(r)s AND status IN ('PARKED','DEAD')) AS settle, "
-    "EXISTS (SELECT 1 FROM workflow_runs WHERE parent_run_id = %(r)s AND status IN ('PENDING','RUNNING','WAITING',"
-    "'COMPENSATING','FAILED')) AS children"
-)
-
-
-# The same, but without the park of the wait the run is in and the task a COMPLETION decides:
-# read with the run's lock by a completion's segment (``locks.try_lock_run_with_command``), so
-# that a decision that ends the run knows what is left to tear down before the decision's own
-# writes — closing exactly those two — which then travel with the settlement (``waits.leave``).
-OPEN_THINGS_BESIDE_THE_DECISION = OPEN_THINGS.replace(
-    "FROM workflow_parks WHERE run_id = %(r)s AND left_at IS NULL",
-    "FROM workflow_parks WHERE run_id = %(r)s AND left_at IS NULL "
-    "AND id IS DISTINCT FROM (SELECT (wait->>'park')::bigint FROM workflow_runs WHERE id = %(r)s)",
-).replace(
-    "FROM workflow_tasks WHERE run_id = %(r)s AND status IN ('OPEN','COMPLETING')",
-    "FROM workflow_tasks WHERE run_id = %(r)s AND status IN ('OPEN','COMPLETING') "
-    "AND id IS DISTINCT FROM (SELECT task_id FROM workflow_commands WHERE id = %(c)s)",
-)
-assert OPEN_THINGS_BESIDE_THE_DECISION.count("DISTINCT") == 2
-
-# The same for a segment that finds its command by its claim token (``locks.claim_and_lock``):
-# nothing (no row) unless that command is a COMPLETION.
-_CLAIMED = "run_id = %(r)s AND status = 'CLAIMED' AND token = %(t)s"
-OPEN_THINGS_BESIDE_A_CLAIMED_DECISION = (
-    "SELECT * FROM ("
-    + OPEN_THINGS_BESIDE_THE_DECISION.replace("WHERE id = %(c)s", f"WHERE {_CLAIMED}")
-    + f") o WHERE EXISTS (SELECT 1 FROM workflow_commands WHERE {_CLAIMED} AND kind = 'COMPLETION')"
-)
-assert "%(c)s" not in OPEN_THINGS_BESIDE_A_CLAIMED_DECISION
+# read by ``locks`` with the run's lock (see the statements' descriptions)
+OPEN_THINGS_BESIDE_THE_DECISION = SQL.open_things_beside_the_decision
+OPEN_THINGS_BESIDE_A_CLAIMED_DECISION = SQL.open_things_beside_a_claimed_decision
 
 
 def open_things(run_id: Any) -> dict[str, bool]:
     """What an ending run still holds, in one read, so the teardown writes only what it must."""
     with db._cursor(True) as cur:
-        db.run(cur, OPEN_THINGS, {"r": run_id})
+        db.run(cur, SQL.open_things, {"r": run_id})
         cols = [c[0] for c in cur.description]
         return dict(zip(cols, cur.fetchone(), strict=True))
 
@@ -101,54 +68,31 @@ def _close_everything(drive: Drive, *, how: str, task_status: str, found: dict[s
     run_id = drive.run["id"]
     found = found if found is not None else open_things(run_id)
     if found["parks"]:
-        db.execute(
-            "UPDATE workflow_parks SET left_at = now(), left_how = %s WHERE run_id = %s AND left_at IS NULL",
-            [how, run_id],
-        )
+        db.execute(SQL.leave_parks, [how, run_id])
     if found["timers"]:
         for t in commands.cancel_timers(run_id):
             drive.history.add("TIMER_CANCELLED", step=t["step"], command_id=t["command_id"], actor=drive.actor)
     if found["tasks"]:
         _withdraw_tasks(drive, status=task_status)
     if found["branches"]:
-        db.execute(
-            "UPDATE workflow_branches SET status = 'CANCELLED', updated_at = now() "
-            "WHERE run_id = %s AND status IN ('RUNNING','WAITING')",
-            [run_id],
-        )
+        db.execute(SQL.cancel_branches, [run_id])
     drive.run["wait"] = None
 
 
 def settle_parked_and_dead(drive: Drive, *, status: str, reason: str) -> None:
     """Settle the run's PARKED and DEAD commands in one write (REJECTED, or CANCELLED)."""
-    rows = db.fetchdicts(
-        "WITH prior AS (SELECT id, status FROM workflow_commands WHERE run_id = %s AND status IN ('PARKED','DEAD') "
-        "FOR UPDATE) UPDATE workflow_commands c SET status = %s, settled_at = now(), token = NULL, "
-        "lease_until = NULL, last_error = %s FROM prior WHERE c.id = prior.id RETURNING c.id, c.kind, c.task_id, "
-        "prior.status AS prior, c.actor_kind, c.actor_id, c.actor_reason, c.on_behalf_of, c.attribution_status",
-        [drive.run["id"], status, reason],
-    )
+    rows = db.fetchdicts(SQL.settle_parked_and_dead, [drive.run["id"], status, reason])
     for r in rows:
         drive.history.add(
             "COMMAND_REJECTED" if status == "REJECTED" else "COMMAND_CANCELLED",
             command_id=r["id"],
             outcome=reason.split(":", 1)[0],
-            actor=_actor_of(r),
+            actor=actor_of(r),
         )
     observers.settled_on_commit(drive.run["id"], [(r["id"], r["kind"], status) for r in rows])
     # a parked signal still holds its open-signal slot; a dead-lettered one released it
-    held = sum(1 for r in rows if r["kind"] == "SIGNAL" and r["prior"] == "PARKED")
+    held = sum(1 for r in rows if r["kind"] == CommandKind.SIGNAL and r["prior"] == CommandStatus.PARKED)
     drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - held)
-
-
-def _actor_of(row: dict[str, Any]) -> Actor:
-    return Actor(
-        kind=row.get("actor_kind") or "NONE",
-        id=row.get("actor_id") or "",
-        reason=row.get("actor_reason") or "",
-        on_behalf_of=row.get("on_behalf_of") or "",
-        status=row.get("attribution_status") or "ABSENT",
-    )
 
 
 def end_run(drive: Drive, status: str, *, how: str = "ended", code: str = "", message: str = "") -> None:
@@ -161,28 +105,22 @@ def end_run(drive: Drive, status: str, *, how: str = "ended", code: str = "", me
     the run elsewhere and keeps the wait it failed in.)"""
     run = drive.run
     run["status"] = status
-    if status in ENDED or status == "FAILED":
+    if status in ENDED or status == RunStatus.FAILED:
         if status in ENDED:
             run["ended_at"] = timezone.now()
         # read with the wait's leaving when the run went straight from it to its end
         found, drive.open_things = drive.open_things or open_things(run["id"]), None
-        _close_everything(drive, how=how, task_status="WITHDRAWN", found=found)
+        _close_everything(drive, how=how, task_status=TaskStatus.WITHDRAWN, found=found)
         if found["settle"] and status in ENDED:
-            settle_parked_and_dead(drive, status="REJECTED", reason="INSTANCE_ENDED: the run has ended")
+            settle_parked_and_dead(drive, status=CommandStatus.REJECTED, reason="INSTANCE_ENDED: the run has ended")
         if found["children"]:
-            _teardown_children(drive, reason="caller failed" if status == "FAILED" else "caller ended")
+            _teardown_children(drive, reason="caller failed" if status == RunStatus.FAILED else "caller ended")
     if code:
         run["failure_code"] = code[:64]
         run["failure_message"] = message[:4000]
     drive.ended_now = True
-    if run.get("parent_run_id") and status in (*ENDED, "FAILED"):
+    if run.get("parent_run_id") and status in (*ENDED, RunStatus.FAILED):
         outbox.resume_parent(drive, status=status)
-
-
-LIVE_CHILDREN = (
-    "SELECT id FROM workflow_runs WHERE parent_run_id = %s AND status IN ('PENDING','RUNNING','WAITING',"
-    "'COMPENSATING','FAILED')"
-)
 
 
 def _teardown_children(drive: Drive, *, reason: str, spare: Any = None, only: list[Any] | None = None) -> None:
@@ -191,9 +129,9 @@ def _teardown_children(drive: Drive, *, reason: str, spare: Any = None, only: li
     if only is not None:
         if not only:
             return
-        children = db.fetchall(LIVE_CHILDREN + " AND id = ANY(%s) ORDER BY created_at", [drive.run["id"], only])
+        children = db.fetchall(SQL.live_children_among, [drive.run["id"], only])
     else:
-        children = db.fetchall(LIVE_CHILDREN + " ORDER BY created_at", [drive.run["id"]])
+        children = db.fetchall(SQL.live_children, [drive.run["id"]])
     for (child_id,) in children:
         if spare is not None and str(child_id) == str(spare):
             continue
@@ -211,34 +149,20 @@ def cancel_branch_children(drive: Drive, branches: list[dict[str, Any]], *, reas
 
 # --- a called run cancelled: its caller too --------------------------------------------------
 
-ANCESTORS = (
-    "WITH RECURSIVE up(id, depth) AS (SELECT parent_run_id, 1 FROM workflow_runs WHERE id = %s "
-    "AND parent_run_id IS NOT NULL UNION ALL SELECT r.parent_run_id, up.depth + 1 FROM workflow_runs r "
-    "JOIN up ON r.id = up.id WHERE r.parent_run_id IS NOT NULL AND up.depth < 100) "
-    "SELECT up.id FROM up JOIN workflow_runs a ON a.id = up.id "
-    "WHERE a.status NOT IN ('COMPLETED','CANCELLED','COMPENSATED','EXPIRED') ORDER BY up.depth DESC"
-)
-
 
 def lock_callers(run_id: Any) -> dict[str, dict[str, Any]]:
     """Lock the live runs above ``run_id`` in its call chain, the topmost first, before the run
     itself is locked: the lock order is caller → child everywhere (teardown goes down)."""
-    return {str(caller_id): locks.lock_run(caller_id) for (caller_id,) in db.fetchall(ANCESTORS, [run_id])}
+    return {str(caller_id): locks.lock_run(caller_id) for (caller_id,) in db.fetchall(SQL.ancestors, [run_id])}
 
 
 def _waits_on(caller: dict[str, Any], child_id: Any) -> bool:
-    if caller["status"] != "WAITING":
+    if caller["status"] != RunStatus.WAITING:
         return False
     wait = caller.get("wait") or {}
     if wait.get("kind") == "call" and str(wait.get("child")) == str(child_id):
         return True
-    return (
-        db.fetchone(
-            "SELECT 1 FROM workflow_branches WHERE run_id = %s AND status = 'WAITING' AND wait->>'child' = %s",
-            [caller["id"], str(child_id)],
-        )
-        is not None
-    )
+    return db.fetchone(SQL.branch_waits_on, [caller["id"], str(child_id)]) is not None
 
 
 def waiting_callers(run: dict[str, Any], callers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -267,19 +191,17 @@ def cancel_with_callers(run: dict[str, Any], callers: dict[str, dict[str, Any]],
 def cancel_locked(run: dict[str, Any], *, actor: Actor, reason: str, executor_id: str = "", spare: Any = None) -> Drive:
     """Cancel a run whose execution lock the caller holds (the teardown of ``cancel``); its
     called runs go with it (but ``spare``, see ``cancel_with_callers``)."""
-    from workflows.engine.actors import sanitise
-
     drive = Drive.for_run(run, None, actor, executor_id=executor_id)
     cancelled = _cancel_commands(run["id"])
     open_signals = 0
     for c in cancelled:
-        if c["kind"] == "SIGNAL" and c["prior"] != "DEAD":
+        if c["kind"] == CommandKind.SIGNAL and c["prior"] != CommandStatus.DEAD:
             open_signals += 1
         drive.history.add("COMMAND_CANCELLED", command_id=c["id"], outcome="INSTANCE_CANCELLED", actor=actor)
-    observers.settled_on_commit(run["id"], [(c["id"], c["kind"], "CANCELLED") for c in cancelled])
+    observers.settled_on_commit(run["id"], [(c["id"], c["kind"], CommandStatus.CANCELLED) for c in cancelled])
     run["open_signals"] = max(0, int(run["open_signals"]) - open_signals)
-    _close_everything(drive, how="cancelled", task_status="CANCELLED")
-    run["status"] = "CANCELLED"
+    _close_everything(drive, how="cancelled", task_status=TaskStatus.CANCELLED)
+    run["status"] = RunStatus.CANCELLED
     run["ended_at"] = timezone.now()
     run["cancel_reason"] = sanitise(reason.replace("\n", " "))[:255]
     drive.history.add(
@@ -297,23 +219,16 @@ def cancel_in_segment(drive: Drive, *, command_id: Any, reason: str) -> None:
     timers, approvals, branches and called runs. A called run then resumes its caller through
     the outbox with status CANCELLED: the executor never waits for a caller's lock."""
     run = drive.run
-    cancelled = db.fetchdicts(
-        "WITH prior AS (SELECT id, status FROM workflow_commands WHERE run_id = %s AND id <> %s "
-        "AND status IN ('PENDING','DEFERRED','CLAIMED','PARKED','DEAD') FOR UPDATE) "
-        "UPDATE workflow_commands c SET status = 'CANCELLED', settled_at = now(), token = NULL, lease_until = NULL, "
-        f"last_error = {outcomes.CANCELLED_REASON_SQL} FROM prior WHERE c.id = prior.id "
-        "RETURNING c.id, c.kind, prior.status AS prior",
-        [run["id"], command_id],
-    )
+    cancelled = db.fetchdicts(SQL.cancel_other_commands, [run["id"], command_id])
     held = 0
     for c in cancelled:
-        if c["kind"] == "SIGNAL" and c["prior"] != "DEAD":
+        if c["kind"] == CommandKind.SIGNAL and c["prior"] != CommandStatus.DEAD:
             held += 1
         drive.history.add("COMMAND_CANCELLED", command_id=c["id"], outcome="INSTANCE_CANCELLED", actor=drive.actor)
-    observers.settled_on_commit(run["id"], [(c["id"], c["kind"], "CANCELLED") for c in cancelled])
+    observers.settled_on_commit(run["id"], [(c["id"], c["kind"], CommandStatus.CANCELLED) for c in cancelled])
     run["open_signals"] = max(0, int(run["open_signals"]) - held)
-    _close_everything(drive, how="cancelled", task_status="CANCELLED")
-    run["status"] = "CANCELLED"
+    _close_everything(drive, how="cancelled", task_status=TaskStatus.CANCELLED)
+    run["status"] = RunStatus.CANCELLED
     run["ended_at"] = timezone.now()
     run["cancel_reason"] = reason
     drive.history.add("CANCELLED", command_id=command_id, actor=drive.actor, payload={"reason": reason})
@@ -321,19 +236,8 @@ def cancel_in_segment(drive: Drive, *, command_id: Any, reason: str) -> None:
     drive.ended_now = True
     _teardown_children(drive, reason="caller cancelled")
     if run.get("parent_run_id"):
-        outbox.resume_parent(drive, status="CANCELLED")
+        outbox.resume_parent(drive, status=RunStatus.CANCELLED)
 
 
 def _cancel_commands(run_id: Any) -> list[dict[str, Any]]:
-    return db.fetchdicts(
-        "WITH prior AS (SELECT id, status FROM workflow_commands WHERE run_id = %s "
-        "AND status IN ('PENDING','DEFERRED','CLAIMED','PARKED','DEAD') FOR UPDATE) "
-        "UPDATE workflow_commands c SET status = 'CANCELLED', settled_at = now(), token = NULL, lease_until = NULL, "
-        f"last_error = {outcomes.CANCELLED_REASON_SQL} FROM prior WHERE c.id = prior.id "
-        "RETURNING c.id, c.kind, c.task_id, c.timer_id, prior.status AS prior",
-        [run_id],
-    )
-
-
-def history_for(run: dict[str, Any], actor: Actor) -> HistoryBuffer:
-    return Drive.for_run(run, None, actor).history
+    return db.fetchdicts(SQL.cancel_commands, [run_id])

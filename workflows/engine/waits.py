@@ -9,19 +9,11 @@ from typing import Any
 
 from django.db import connection
 
-from workflows.engine import commands, db, wakeups
-from workflows.engine.drive import Drive
+from workflows.engine import commands, db, sql, teardown, wakeups
+from workflows.engine.context import Drive
+from workflows.models import RunStatus
 
-OPEN_PARK = (
-    "INSERT INTO workflow_parks (run_id, scope, definition_id, version, node, kind, branch_id, since, left_how, "
-    "moved_to_scope, moved_to_node, moved_by) VALUES (%s,%s,%s,%s,%s,%s,%s,now(),'','','','') RETURNING id"
-)
-
-
-OPEN_PARK_DRAWN = (
-    "INSERT INTO workflow_parks (id, run_id, scope, definition_id, version, node, kind, branch_id, since, left_how, "
-    "moved_to_scope, moved_to_node, moved_by) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,now(),'','','','')"
-)
+SQL = sql.load("waits")
 
 
 def park_statement(
@@ -32,8 +24,8 @@ def park_statement(
     run = drive.run
     params = [run["id"], run["scope"], run["definition_id"], run["version"], node, kind, branch_id]
     if park_id is not None:
-        return OPEN_PARK_DRAWN, [park_id, *params]
-    return OPEN_PARK, params
+        return SQL.open_park_drawn, [park_id, *params]
+    return SQL.open_park, params
 
 
 # Park ids drawn ahead from the parks' own sequence, a block at a time, for this process: a
@@ -43,7 +35,6 @@ def park_statement(
 # block belongs to this process and database: a forked child, or a connection to another
 # database, draws its own.
 PARK_IDS_PER_DRAW = 64
-DRAW_PARK_IDS = "SELECT array_agg(nextval(pg_get_serial_sequence('workflow_parks', 'id'))) FROM generate_series(1, %s)"
 _drawn: dict[str, Any] = {"owner": None, "ids": deque()}
 
 
@@ -68,7 +59,7 @@ def draw_statement() -> tuple[str, list[Any]] | None:
     to ``drawn``), else None."""
     if _drawn["ids"] and _drawn["owner"] == _owner():
         return None
-    return DRAW_PARK_IDS, [PARK_IDS_PER_DRAW]
+    return SQL.draw_park_ids, [PARK_IDS_PER_DRAW]
 
 
 def drawn(row: tuple[Any, ...] | None) -> None:
@@ -86,16 +77,10 @@ def open_park(drive: Drive, *, node: str, kind: str, branch_id: str = "") -> int
     return int(row[0])
 
 
-CLOSE_PARK = (
-    "UPDATE workflow_parks SET left_at = now(), left_how = %s, moved_to_version = %s, moved_to_scope = %s, "
-    "moved_to_node = %s, moved_by = %s, migration_id = %s WHERE id = %s AND left_at IS NULL"
-)
-
-
 def close_park_statement(park_id: int | None, how: str, **moved: Any) -> tuple[str, list[Any]] | None:
     if not park_id:
         return None
-    return CLOSE_PARK, [
+    return SQL.close_park, [
         how,
         moved.get("version"),
         moved.get("scope", ""),
@@ -121,16 +106,11 @@ def enter(
     wait["park"] = (
         park_id if park_id is not None else open_park(drive, node=step, kind=park_kind, branch_id=drive.branch_id)
     )
-    drive.run["status"] = "WAITING"
+    drive.run["status"] = RunStatus.WAITING
     drive.run["current_step"] = step
     drive.run["wait"] = wait
     drive.decide(step=step, outcome=outcome)
     return wait
-
-
-def add_timer(drive: Drive, wait: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    spec.setdefault("branch_id", drive.branch_id)
-    return timer_added(drive, wait, commands.insert_timer(drive.run, **spec))
 
 
 def timer_added(drive: Drive, wait: dict[str, Any], timer: dict[str, Any]) -> dict[str, Any]:
@@ -167,9 +147,7 @@ def leave(
         drive.open_things = beside
         db.defer(statements[0][0], statements[0][1], _sent)
     elif statements and read_open_things and not timer_ids:
-        from workflows.engine import teardown
-
-        drive.open_things = db.fetchdict_batch([*statements, (teardown.OPEN_THINGS, {"r": drive.run["id"]})])[-1]
+        drive.open_things = db.fetchdict_batch([*statements, (teardown.SQL.open_things, {"r": drive.run["id"]})])[-1]
     elif statements:
         db.execute_batch(statements)
     if not wait:
@@ -179,7 +157,7 @@ def leave(
         for t in cancelled:
             drive.history.add("TIMER_CANCELLED", step=t["step"], command_id=t["command_id"], actor=drive.actor)
     drive.run["wait"] = None
-    drive.run["status"] = "RUNNING"
+    drive.run["status"] = RunStatus.RUNNING
     return wait
 
 

@@ -26,9 +26,9 @@ from typing import Any
 
 from workflows.definitions import plan as p
 from workflows.definitions.plan import Plan
-from workflows.engine import commands, db, history, observers, segment, sql, waits, wakeups
-from workflows.engine.actors import TIMER, Actor
-from workflows.engine.drive import DeterministicFailure, Drive
+from workflows.engine import commands, db, history, observers, settlement, sql, timers, waits, wakeups
+from workflows.engine.actors import Actor
+from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.migration.handler import actor_label, handler_for, origin_of, parked_at
 from workflows.engine.nodes import human_task
 from workflows.engine.nodes.timer import delay_of
@@ -153,8 +153,8 @@ def _prepare(moves: list[_Move], source: Plan, actor: Actor) -> None:
 
 
 def _allocate(moves: list[_Move]) -> None:
-    timers = sum(len(m.timers) for m in moves)
-    row = db.fetchone(SQL.allocate_ids, [len(moves) + timers, len(moves), timers])
+    timer_count = sum(len(m.timers) for m in moves)
+    row = db.fetchone(SQL.allocate_ids, [len(moves) + timer_count, len(moves), timer_count])
     assert row is not None
     command_ids, park_ids, timer_ids = iter(row[0]), iter(row[1]), iter(row[2])
     for m in moves:
@@ -193,7 +193,7 @@ def _build(moves: list[_Move], rec: dict[str, Any], target: Plan, actor: Actor, 
         drive.command_id = m.command_id
         drive.history._command_documents[m.command_id] = [None]  # a MIGRATION carries no payload
         cmd = {"id": m.command_id, "kind": CommandKind.MIGRATION, "seq": m.seq}
-        segment._received(drive, cmd)
+        settlement.received(drive, cmd)
         for t in m.withdrawn:
             drive.history.add(
                 "TASK_WITHDRAWN",
@@ -248,7 +248,7 @@ def _build(moves: list[_Move], rec: dict[str, Any], target: Plan, actor: Actor, 
             )
             waits.timer_added(drive, wait, armed[0])
             wait["fire"] = armed[0]["timer_id"]
-        segment._completed(drive, cmd)
+        settlement.completed(drive, cmd)
 
 
 def _write(moves: list[_Move], rec: dict[str, Any], actor: Actor, executor: str) -> dict[int, Any]:
@@ -328,26 +328,8 @@ def _write(moves: list[_Move], rec: dict[str, Any], actor: Actor, executor: str)
                 ],
             )
         )
-    timers = [(m, t) for m in moves for t in m.timers]
-    statements.append(
-        (
-            SQL.arm_timers,
-            [
-                [t["timer_id"] for _, t in timers],
-                [t["command_id"] for _, t in timers],
-                [str(m.run["id"]) for m, _ in timers],
-                [t["timer_kind"] for _, t in timers],
-                [t["step"] for _, t in timers],
-                [t.get("task_id") for _, t in timers],
-                [float(t.get("delay_seconds") or 0.0) for _, t in timers],
-                [t.get("at") for _, t in timers],
-                [t.get("interval_seconds") for _, t in timers],
-                [t["seq"] for _, t in timers],
-                [bool(t.get("due_task")) for _, t in timers],
-                *TIMER.columns(),
-            ],
-        )
-    )
+    armed = [(m.run["id"], t) for m in moves for t in m.timers]
+    statements.append(timers.arm_many_statement(armed))
     db.execute_batch(statements)
     for m in moves:  # the MIGRATION command and the TIMER commands of the timers it disarmed
         observers.settled_on_commit(
@@ -355,7 +337,7 @@ def _write(moves: list[_Move], rec: dict[str, Any], actor: Actor, executor: str)
             [(m.command_id, CommandKind.MIGRATION, CommandStatus.COMPLETE)]
             + [(t["command_id"], CommandKind.TIMER, CommandStatus.CANCELLED) for t in m.disarmed if t["command_id"]],
         )
-    return {int(timer_id): at for timer_id, at in db.fetchall(SQL.fire_times, [[t["timer_id"] for _, t in timers]])}
+    return {int(timer_id): at for timer_id, at in db.fetchall(SQL.fire_times, [[t["timer_id"] for _, t in armed]])}
 
 
 def _save(moves: list[_Move]) -> None:

@@ -34,9 +34,10 @@ from collections.abc import Callable
 from typing import Any
 
 from workflows.definitions.plan import Plan
-from workflows.engine import db, driver, locks, observers, segment, sql, teardown, waits
+from workflows.engine import db, driver, locks, observers, sql, teardown, waits
 from workflows.engine.actors import Actor
-from workflows.engine.drive import DeterministicFailure, Drive, StepLimitExceeded
+from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
+from workflows.engine.settlement import Settle, completed, received
 from workflows.exceptions import WorkflowError
 from workflows.models import CommandKind, CommandStatus, MigrationItemStatus, RunStatus
 
@@ -85,13 +86,13 @@ def actor_label(actor: Actor) -> str:
     return (actor.id or actor.kind.lower() or "none")[:255]
 
 
-def apply_migration(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
-    """The MIGRATION command's segment (``segment.migration_handler``)."""
+def apply_migration(drive: Drive, cmd: dict[str, Any]) -> Settle:
+    """The MIGRATION command's segment (``segment.APPLY``)."""
     run = drive.run
     target = cmd["target"] or {}
     action = str(target.get("action") or "move")
     migration_id = target.get("migration")
-    segment._received(drive, cmd)
+    received(drive, cmd)
     expected_step = target.get("expected_step")
     expected_version = target.get("expected_version")
     if expected_step is not None and (
@@ -101,26 +102,26 @@ def apply_migration(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
     ):
         drive.history.add("COMMAND_STALE", command_id=cmd["id"], actor=drive.actor, outcome="MOVED_ON")
         _settle_item(migration_id, run["id"], MigrationItemStatus.MOVED_ON, "MOVED_ON", cmd["id"])
-        return segment.Settle(CommandStatus.STALE, "MOVED_ON: the run has moved on since it was selected")
+        return Settle(CommandStatus.STALE, "MOVED_ON: the run has moved on since it was selected")
     try:
         with drive.savepoint():
             outcome = _apply(drive, cmd, target, action)
     except _Rejected as rejected:
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="MIGRATION_REJECTED")
         _settle_item(migration_id, run["id"], MigrationItemStatus.REJECTED, "MIGRATION_REJECTED", cmd["id"])
-        return segment.Settle(CommandStatus.REJECTED, f"MIGRATION_REJECTED: {rejected.text}")
+        return Settle(CommandStatus.REJECTED, f"MIGRATION_REJECTED: {rejected.text}")
     except StepLimitExceeded:
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="STEP_LIMIT")
         _settle_item(migration_id, run["id"], MigrationItemStatus.REJECTED, "STEP_LIMIT", cmd["id"])
-        return segment.Settle(CommandStatus.REJECTED, "STEP_LIMIT: the segment ran more nodes than maxStepsPerSegment")
+        return Settle(CommandStatus.REJECTED, "STEP_LIMIT: the segment ran more nodes than maxStepsPerSegment")
     except (DeterministicFailure, WorkflowError):
         # the target node could not be entered (an expression, an assignment, a call refused):
         # the savepoint took every write back, the run stays where it was
         drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome="MIGRATION_REJECTED")
         _settle_item(migration_id, run["id"], MigrationItemStatus.REJECTED, "TARGET_NOT_ENTERED", cmd["id"])
-        return segment.Settle(CommandStatus.REJECTED, "MIGRATION_REJECTED: the target node could not be entered")
+        return Settle(CommandStatus.REJECTED, "MIGRATION_REJECTED: the target node could not be entered")
     if action == "move":
-        segment._after_drive(drive, outcome)  # the item was marked MOVED with the park it closed
+        driver.after_drive(drive, outcome)  # the item was marked MOVED with the park it closed
     else:
         _settle_item(
             migration_id,
@@ -129,7 +130,7 @@ def apply_migration(drive: Drive, cmd: dict[str, Any]) -> segment.Settle:
             "",
             cmd["id"],
         )
-    return segment._completed(drive, cmd)
+    return completed(drive, cmd)
 
 
 def _apply(drive: Drive, cmd: dict[str, Any], target: dict[str, Any], action: str) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from workflows.definitions.plan import DecisionStep
-from workflows.engine.drive import DeterministicFailure, Drive
+from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.evaluate import call_callback, evaluate
 from workflows.engine.nodes.base import Next, Outcome
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from workflows.definitions.plan import AgentStep, EmailStep, ScriptStep
 from workflows.engine import effects, mail
-from workflows.engine.drive import DeterministicFailure, Drive
+from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.evaluate import apply_set, call_callback, evaluate, render
 from workflows.engine.nodes.base import Next, Outcome
 

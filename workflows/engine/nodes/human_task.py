@@ -8,11 +8,14 @@ from datetime import datetime
 from typing import Any
 
 from workflows.definitions.plan import Assignment, HumanTaskStep
-from workflows.engine import commands, db, outbox, waits
-from workflows.engine.drive import DeterministicFailure, Drive
+from workflows.engine import db, outbox, sql, timers, waits
+from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.evaluate import evaluate, render
 from workflows.engine.nodes.base import WAIT, Outcome
 from workflows.engine.nodes.timer import delay_of
+from workflows.models import ParkKind, TimerKind
+
+SQL = sql.load("nodes")
 
 
 def resolve_assignment(drive: Drive, assignment: Assignment, step: str) -> tuple[str, str]:
@@ -71,7 +74,7 @@ def prepare(drive: Drive, step: HumanTaskStep) -> Opening:
 
 
 def task_params(drive: Drive, step: HumanTaskStep, o: Opening) -> list[Any]:
-    """The parameters of ``INSERT_TASK`` for an opening."""
+    """The parameters of ``SQL.insert_task`` for an opening."""
     run = drive.run
     return [
         o.task_id,
@@ -91,12 +94,12 @@ def task_params(drive: Drive, step: HumanTaskStep, o: Opening) -> list[Any]:
 
 
 def timer_specs(step: HumanTaskStep, o: Opening) -> list[dict[str, Any]]:
-    """The task's timers (``commands.timer_statement`` arguments): its due date, its reminders."""
+    """The task's timers (``timers.statement`` arguments): its due date, its reminders."""
     specs: list[dict[str, Any]] = []
     if o.due is not None:
         specs.append(
             {
-                "timer_kind": "DUE",
+                "timer_kind": TimerKind.DUE,
                 "step": step.id,
                 "delay_seconds": o.due[0],
                 "at": o.due[1],
@@ -107,7 +110,7 @@ def timer_specs(step: HumanTaskStep, o: Opening) -> list[dict[str, Any]]:
     if step.reminder_every_seconds:
         specs.append(
             {
-                "timer_kind": "REMINDER",
+                "timer_kind": TimerKind.REMINDER,
                 "step": step.id,
                 "delay_seconds": step.reminder_every_seconds,
                 "task_id": o.task_id,
@@ -120,7 +123,13 @@ def timer_specs(step: HumanTaskStep, o: Opening) -> list[dict[str, Any]]:
 def opened(drive: Drive, step: HumanTaskStep, o: Opening, *, park_id: int, timers: list[dict[str, Any]]) -> None:
     """The task's park, row and timers are written: enter the wait and log the task."""
     wait = waits.enter(
-        drive, step=step.id, kind="task", park_kind="TASK", outcome="wait-task", park_id=park_id, task=str(o.task_id)
+        drive,
+        step=step.id,
+        kind="task",
+        park_kind=ParkKind.TASK,
+        outcome="wait-task",
+        park_id=park_id,
+        task=str(o.task_id),
     )
     for timer in timers:
         waits.timer_added(drive, wait, timer)
@@ -146,10 +155,10 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         # without timers has no timer rows to list): the park, the task and its notice travel
         # with the segment's next statement, its settlement as a rule
         db.defer(
-            *waits.park_statement(drive, node=step.id, kind="TASK", branch_id=drive.branch_id, park_id=park_id),
+            *waits.park_statement(drive, node=step.id, kind=ParkKind.TASK, branch_id=drive.branch_id, park_id=park_id),
             db.ignore_answer,
         )
-        db.defer(INSERT_TASK, task_params(drive, step, o), db.ignore_answer)
+        db.defer(SQL.insert_task, task_params(drive, step, o), db.ignore_answer)
 
         def recorded(row: tuple[Any, ...] | None) -> None:
             outbox.notice_recorded(drive, row, notice_context)
@@ -161,14 +170,14 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
     # and reminder timers, and its notice (delivered at once when nobody can receive it); and,
     # when this process has no park ids drawn ahead, the next block of them
     statements = [
-        waits.park_statement(drive, node=step.id, kind="TASK", branch_id=drive.branch_id),
-        (INSERT_TASK, task_params(drive, step, o)),
+        waits.park_statement(drive, node=step.id, kind=ParkKind.TASK, branch_id=drive.branch_id),
+        (SQL.insert_task, task_params(drive, step, o)),
     ]
-    timers: list[int] = []  # the queue position each timer statement took
+    positions: list[int] = []  # the queue position each timer statement took
     for spec in specs:
-        sql, params, seq = commands.timer_statement(drive.run, branch_id=drive.branch_id, **spec)
+        sql, params, seq = timers.statement(drive.run, branch_id=drive.branch_id, **spec)
         statements.append((sql, params))
-        timers.append(seq)
+        positions.append(seq)
     statements.append(notice)
     draw = waits.draw_statement() if not specs else None
     if draw is not None:
@@ -183,15 +192,7 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         step,
         o,
         park_id=int(park[0]),
-        timers=[commands.timer_row(row, seq) for row, seq in zip(rows[2 : 2 + len(timers)], timers, strict=True)],
+        timers=[timers.armed(row, seq) for row, seq in zip(rows[2 : 2 + len(positions)], positions, strict=True)],
     )
     outbox.notice_recorded(drive, rows[-1], notice_context)
     return WAIT
-
-
-INSERT_TASK = (
-    "INSERT INTO workflow_tasks (id, run_id, branch_id, step, title, description, task_type, assignment_mode, "
-    "assignment_value, status, decisions, require_version_stability, subject_version, due_at, "
-    "reminder_every_seconds, reminder_count, reservation_owner, decision, completed_by, created_at, updated_at) "
-    "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,'OPEN',%s,%s,%s,NULL,%s,0,NULL,'','',now(),now())"
-)

@@ -6,7 +6,7 @@ from typing import Any
 
 from workflows.definitions.plan import ServiceStep
 from workflows.engine import outbox
-from workflows.engine.drive import Drive
+from workflows.engine.context import Drive
 from workflows.engine.evaluate import apply_set, evaluate
 from workflows.engine.nodes.base import Next, Outcome
 

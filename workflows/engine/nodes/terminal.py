@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from workflows.definitions.plan import CompleteStep, EndStep, FailStep
 from workflows.engine import outbox, teardown
-from workflows.engine.drive import Drive
+from workflows.engine.context import Drive
 from workflows.engine.evaluate import evaluate
 from workflows.engine.nodes.base import BRANCH_DONE, END, Outcome
+from workflows.models import BranchStatus, RunStatus
 
 
 def complete(drive: Drive, step: CompleteStep) -> Outcome:
@@ -15,7 +16,7 @@ def complete(drive: Drive, step: CompleteStep) -> Outcome:
         return BRANCH_DONE
     drive.decide(step=step.id, outcome="completed")
     drive.history.add("WORKFLOW_COMPLETED", step=step.id, command_id=drive.command_id, actor=drive.actor)
-    teardown.end_run(drive, "COMPLETED")
+    teardown.end_run(drive, RunStatus.COMPLETED)
     return END
 
 
@@ -28,7 +29,7 @@ def end(drive: Drive, step: EndStep) -> Outcome:
         actor=drive.actor,
         payload={"reason": step.reason or "terminated"},
     )
-    teardown.end_run(drive, "COMPLETED")
+    teardown.end_run(drive, RunStatus.COMPLETED)
     return END
 
 
@@ -39,20 +40,20 @@ def fail(drive: Drive, step: FailStep) -> Outcome:
         message = str(value)[:4000] if value is not None else ""
     if drive.branch is not None:
         drive.decide(step=step.id, outcome="branch-failed")
-        drive.branch["status"] = "FAILED"
+        drive.branch["status"] = BranchStatus.FAILED
         drive.branch["result"] = {"error": step.error_type, "message": message}
         return BRANCH_DONE
     done = list(drive.run.get("compensation") or [])
     if done:
         # saga: run the compensations of completed steps in reverse order, each once
         drive.decide(step=step.id, outcome="compensation")
-        drive.run["status"] = "COMPENSATING"
+        drive.run["status"] = RunStatus.COMPENSATING
         drive.history.add("COMPENSATION_STARTED", step=step.id, command_id=drive.command_id, actor=drive.actor)
         for item in reversed(done):
             outbox.compensate(drive, forward_step=item["step"], compensation_step=item["compensation"])
         drive.run["compensation"] = []
         drive.history.add("WORKFLOW_COMPENSATED", step=step.id, command_id=drive.command_id, actor=drive.actor)
-        teardown.end_run(drive, "COMPENSATED", code=step.error_type, message=message)
+        teardown.end_run(drive, RunStatus.COMPENSATED, code=step.error_type, message=message)
         return END
     drive.decide(step=step.id, outcome="failed")
     drive.history.add(
@@ -63,5 +64,5 @@ def fail(drive: Drive, step: FailStep) -> Outcome:
         outcome=step.error_type[:40],
     )
     drive.run["wait"] = None
-    teardown.end_run(drive, "FAILED", code=step.error_type, message=message)
+    teardown.end_run(drive, RunStatus.FAILED, code=step.error_type, message=message)
     return END

@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from workflows.definitions.plan import Delay, TimerStep
-from workflows.engine import waits
-from workflows.engine.drive import DeterministicFailure, Drive
+from workflows.engine import timers, waits
+from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.evaluate import evaluate
 from workflows.engine.nodes.base import WAIT, Outcome
+from workflows.models import ParkKind, TimerKind
 
 
 def delay_of(drive: Drive, delay: Delay, step: str) -> tuple[float, datetime | None]:
@@ -28,8 +29,8 @@ def delay_of(drive: Drive, delay: Delay, step: str) -> tuple[float, datetime | N
 
 
 def execute(drive: Drive, step: TimerStep) -> Outcome:
-    wait = waits.enter(drive, step=step.id, kind="timer", park_kind="TIMER", outcome="wait-timer")
+    wait = waits.enter(drive, step=step.id, kind="timer", park_kind=ParkKind.TIMER, outcome="wait-timer")
     seconds, at = delay_of(drive, step.delay, step.id)
-    timer = waits.add_timer(drive, wait, timer_kind="FIRE", step=step.id, delay_seconds=seconds, at=at)
+    timer = timers.arm(drive, wait, timer_kind=TimerKind.FIRE, step=step.id, delay_seconds=seconds, at=at)
     wait["fire"] = timer["timer_id"]
     return WAIT

@@ -16,7 +16,7 @@ from uuid import UUID
 from workflows import users
 from workflows.engine import db, sql, wakeups
 from workflows.engine.actors import Actor
-from workflows.engine.drive import Drive
+from workflows.engine.context import Drive
 from workflows.models import OutboxIntent
 
 SQL = sql.load("outbox_recording")

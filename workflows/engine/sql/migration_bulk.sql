@@ -72,29 +72,6 @@ FROM unnest(%s::uuid[], %s::uuid[], %s::text[], %s::text[], %s::text[], %s::text
     %s::jsonb[], %s::bool[], %s::text[], %s::float8[])
     AS v(id, run_id, step, title, description, task_type, mode, value, decisions, stable, subject_version, reminder);
 
--- name: arm_timers
--- Timer rows and their TIMER commands with the ids drawn before (each names the other); a due
--- date also sets its task's due time to the fire time.
-WITH f AS (SELECT v.*, greatest(clock_timestamp() + make_interval(secs => v.delay),
-        coalesce(v.at, '-infinity'::timestamptz)) AS fire_at
-    FROM unnest(%s::bigint[], %s::bigint[], %s::uuid[], %s::text[], %s::text[], %s::uuid[], %s::float8[],
-        %s::timestamptz[], %s::float8[], %s::int[], %s::bool[])
-        AS v(timer_id, command_id, run_id, kind, step, task_id, delay, at, interval_seconds, seq, due)),
-t AS (INSERT INTO workflow_timers (id, run_id, command_id, kind, status, step, branch_id, task_id, fire_at,
-        interval_seconds, context, created_at)
-    SELECT f.timer_id, f.run_id, f.command_id, f.kind, {Timer.Status.SCHEDULED}, f.step, '', f.task_id, f.fire_at,
-        f.interval_seconds, NULL, now() FROM f),
-c AS (INSERT INTO workflow_commands (id, run_id, seq, kind, timer_kind, status, payload, target, task_id,
-        timer_id, dedup_key, fingerprint, attempts, transient_count, deferral_count, recorded_at, order_at,
-        available_at, fire_at, claimed_by, last_error, context, was_parked, reconciled_by, reconcile_reason,
-        reconcile_action, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status)
-    SELECT f.command_id, f.run_id, f.seq, {CommandKind.TIMER}, f.kind, {CommandStatus.PENDING}, NULL,
-        jsonb_build_object('step', f.step, 'timer', f.timer_id), f.task_id, f.timer_id, '', '', 0, 0, 0,
-        clock_timestamp(), f.fire_at, f.fire_at, f.fire_at, '', '', NULL, false, '', '', '', %s, %s, %s, %s, %s
-    FROM f),
-d AS (UPDATE workflow_tasks k SET due_at = f.fire_at FROM f WHERE k.id = f.task_id AND f.due)
-SELECT f.run_id, f.fire_at FROM f;
-
 -- name: fire_times
 SELECT id, fire_at FROM workflow_timers WHERE id = ANY(%s);
 

@@ -17,9 +17,12 @@ from typing import Any
 from django.db import transaction
 
 from workflows.definitions.plan import Plan
-from workflows.engine import db
+from workflows.engine import db, sql
 from workflows.engine.actors import Actor
-from workflows.engine.history import HistoryBuffer
+from workflows.engine.history import HistoryBuffer, _same
+from workflows.models import ENDED_STATUSES, BranchStatus, RunStatus
+
+SQL = sql.load("context")
 
 MUTABLE = (
     "status",
@@ -136,8 +139,6 @@ class Drive:
         """Replace the state; answers (before, version_before, version_after)."""
         before = self.run["state"]
         version_before = int(self.run["state_version"])
-        from workflows.engine.history import _same
-
         if _same(before, new_state):
             return before, version_before, version_before
         if self.branch is not None:
@@ -182,7 +183,7 @@ class Drive:
         self.run["state"] = branch["state"]
         self.run["wait"] = branch["wait"]
         self.run["current_step"] = branch["current_step"]
-        self.run["status"] = "WAITING" if branch["status"] == "WAITING" else "RUNNING"
+        self.run["status"] = RunStatus.WAITING if branch["status"] == BranchStatus.WAITING else RunStatus.RUNNING
         self.branch, self.branch_join = branch, join_step
         try:
             yield
@@ -191,18 +192,18 @@ class Drive:
             branch["wait"] = self.run["wait"]
             branch["current_step"] = self.run["current_step"]
             run_status = self.run["status"]
-            if branch["status"] in ("RUNNING", "WAITING"):
-                branch["status"] = "WAITING" if run_status == "WAITING" else "RUNNING"
+            if branch["status"] in (BranchStatus.RUNNING, BranchStatus.WAITING):
+                branch["status"] = BranchStatus.WAITING if run_status == RunStatus.WAITING else BranchStatus.RUNNING
             self.branch, self.branch_join = None, ""
-            ended = run_status in ("COMPLETED", "CANCELLED", "COMPENSATED", "EXPIRED")
+            ended = run_status in ENDED_STATUSES
             self.run.update(saved)
             if ended:  # an `end` inside the branch terminated the whole run
                 self.run["status"] = run_status
                 self.run["wait"] = None
-                if branch["status"] in ("RUNNING", "WAITING"):
+                if branch["status"] in (BranchStatus.RUNNING, BranchStatus.WAITING):
                     # the teardown cancelled every open branch, this one included: its row
                     # is written back after this and must not say it still runs
-                    branch["status"] = "CANCELLED"
+                    branch["status"] = BranchStatus.CANCELLED
 
     # --- savepoints ------------------------------------------------------------------
     @contextmanager
@@ -264,10 +265,7 @@ class Drive:
         r = self.run
         statements.append(
             (
-                "UPDATE workflow_runs SET status=%s, state=%s, state_version=%s, current_step=%s, wait=%s, "
-                "subject_type=%s, subject_id=%s, subject_version=%s, failure_code=%s, failure_message=%s, "
-                "compensation=%s, next_seq=%s, open_signals=%s, history_seq=%s, cancel_reason=%s, ended_at=%s, "
-                "scope=%s, version=%s, plan_hash=%s, updated_at=now() WHERE id=%s",
+                SQL.save_run,
                 [
                     r["status"],
                     db.jsonb(r["state"]),

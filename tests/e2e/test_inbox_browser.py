@@ -43,7 +43,7 @@ def _shots(tmp_path: Path) -> Path:
 def _open_tasks() -> list[Task]:
     deploy(documents.APPROVAL)
     payloads = [
-        {"number": "PO-2001", "total": 4800, "supplier": "Acme Tools", "lines": [{"item": "Cordless drill", "qty": 12}]},
+        {"number": "PO-2001", "total": 4800, "supplier": "Acme Tools", "lines": [{"item": "Drill", "qty": 12}]},
         {"number": "PO-2002", "total": 1250, "supplier": "Northwind Traders International Holdings"},
         {"number": "PO-2003", "total": 9900, "supplier": "Globex"},
     ]

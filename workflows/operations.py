@@ -161,7 +161,7 @@ def reassign_task(*, task_id: Any, mode: str, value: str, actor: Any = None) -> 
                 violations=[Violation(pointer="/value", type="assignee", message=problem)],
             )
     return _tx(
-        "reassign_task", recording.reassign_task, task_id=task_id, mode=mode, value=value, actor=actors.coerce(actor)
+        "reassign_task", _reassign_releasing_claim, task_id=task_id, mode=mode, value=value, actor=actors.coerce(actor)
     )
 
 
@@ -337,3 +337,98 @@ def migration_discard(*, record_id: int) -> bool:
     from workflows.engine import migration
 
     return bool(_tx("migration_discard", migration.discard, record_id=int(record_id)))
+
+
+# --- claims on group tasks (the inbox) ----------------------------------------------------------
+#
+# A group task reaches every member; a claim says who is working on it so two approvers do not
+# decide the same one. Claiming is one conditional UPDATE (never a read, then a write): of two
+# members claiming at once exactly one row update wins. A user-assigned task needs no claim.
+
+
+def claim_task(*, task_id: Any, actor: Any) -> None:
+    """Claim an OPEN group task for ``actor`` (a Django user). Claiming it again is a no-op.
+
+    Refuses: TASK_NOT_FOUND, TASK_NOT_WAITING (not OPEN), TASK_CLAIMED (another member holds
+    it), TASK_NOT_CLAIMABLE (assigned to a user).
+    """
+    from django.db.models.functions import Now
+
+    from workflows.models import Task, TaskStatus
+
+    name = _claimer(actor)
+    won = Task.objects.filter(pk=task_id, status=TaskStatus.OPEN, assignment_mode="group", claimed_by="").update(
+        claimed_by=name, claimed_at=Now(), updated_at=Now()
+    )
+    if not won:
+        _refuse_claim_change(task_id, name, held=True)
+
+
+def unclaim_task(*, task_id: Any, actor: Any) -> None:
+    """Release ``actor``'s claim on an OPEN task: every group member may take it again.
+
+    Refuses: TASK_NOT_FOUND, TASK_NOT_WAITING (not OPEN), TASK_CLAIMED (not held by ``actor``).
+    """
+    from django.db.models.functions import Now
+
+    from workflows.models import Task, TaskStatus
+
+    name = _claimer(actor)
+    released = Task.objects.filter(pk=task_id, status=TaskStatus.OPEN, claimed_by=name).update(
+        claimed_by="", claimed_at=None, updated_at=Now()
+    )
+    if not released:
+        _refuse_claim_change(task_id, name, held=False)
+
+
+def complete_claimed_task(*, task_id: Any, actor: Any, **completion: Any) -> Recorded:
+    """:func:`complete_task` that respects claims: refused (TASK_CLAIMED, nothing recorded)
+    when someone other than ``actor`` holds the task's claim.
+
+    The claim is read after the completion reserved the task (its row is locked until the
+    commit), in the same transaction: a claim committed before is seen and rolls the
+    completion back; a claim attempted after finds the task no longer OPEN.
+    """
+    from workflows.exceptions import TaskNotWaiting
+    from workflows.models import Task
+
+    with transaction.atomic():
+        recorded = complete_task(task_id=task_id, actor=actor, **completion)
+        holder = Task.objects.filter(pk=task_id).values_list("claimed_by", flat=True).first()
+        if holder and holder != _claimer(actor):
+            raise TaskNotWaiting("the task is claimed by another member of its group", code="TASK_CLAIMED")
+    return recorded
+
+
+def _reassign_releasing_claim(*, task_id: Any, **reassignment: Any) -> None:
+    """A reassigned task starts unclaimed: the claim was made among the former assignees."""
+    from workflows.models import Task
+
+    recording.reassign_task(task_id=task_id, **reassignment)
+    Task.objects.filter(pk=task_id).exclude(claimed_by="").update(claimed_by="", claimed_at=None)
+
+
+def _claimer(actor: Any) -> str:
+    from workflows.exceptions import NotPermitted
+
+    if not getattr(actor, "is_authenticated", False):
+        raise NotPermitted("only a signed-in user can claim a task")
+    return str(actor.get_username())
+
+
+def _refuse_claim_change(task_id: Any, name: str, *, held: bool) -> None:
+    """Why a claim or release changed no row (``held``: a claim, answered as done when the
+    task is already the claimer's)."""
+    from workflows.exceptions import TaskNotFound, TaskNotWaiting
+    from workflows.models import Task, TaskStatus
+
+    task = Task.objects.filter(pk=task_id).values("status", "assignment_mode", "claimed_by").first()
+    if task is None:
+        raise TaskNotFound("task not found")
+    if task["status"] != TaskStatus.OPEN:
+        raise TaskNotWaiting("the task is not waiting for a decision")
+    if task["claimed_by"] == (name if held else ""):
+        return  # already as asked
+    if held and task["assignment_mode"] != "group":
+        raise TaskNotWaiting("only a group task can be claimed", code="TASK_NOT_CLAIMABLE")
+    raise TaskNotWaiting("the task is claimed by another member of its group", code="TASK_CLAIMED")

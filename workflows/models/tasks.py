@@ -1,3 +1,6 @@
+"""Human tasks: the approvals a run waits on, with their decision snapshot and, for a group
+task, who has claimed it."""
+
 from __future__ import annotations
 
 import uuid
@@ -43,6 +46,11 @@ class Task(models.Model):
     reservation_owner = models.BigIntegerField(null=True, blank=True)  # COMPLETION command id
     decision = models.CharField(max_length=255, blank=True, default="")
     completed_by = models.CharField(max_length=255, blank=True, default="")
+    # the group member working on a group task (username; blank: nobody), so two approvers
+    # do not decide the same one; set and cleared by operations.claim_task / unclaim_task.
+    # A database default: the engine inserts task rows with its own column list
+    claimed_by = models.CharField(max_length=255, blank=True, default="", db_default="")
+    claimed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     closed_at = models.DateTimeField(null=True, blank=True)

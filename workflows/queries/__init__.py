@@ -75,18 +75,24 @@ from workflows.queries.runs import (
     waiting_callers,
 )
 from workflows.queries.tasks import (
+    InboxFilters,
     assignee_names,
     can_act_on_task,
+    completed_by,
     decision_schemas_as_written,
+    inbox,
+    inbox_workflows,
     open_tasks,
     task_for,
     tasks_for,
+    user_groups,
 )
 
 __all__ = [
     "HISTORY_FILTERS",
     "HISTORY_PAGE",
     "RADAR_LIMIT",
+    "InboxFilters",
     "assignee_names",
     "called_runs",
     "can_act_on_task",
@@ -95,6 +101,7 @@ __all__ = [
     "commands",
     "commands_by_id",
     "commands_in_status",
+    "completed_by",
     "current_trigger_plans",
     "database_now",
     "decision_change",
@@ -103,6 +110,8 @@ __all__ = [
     "get_run",
     "history",
     "history_page",
+    "inbox",
+    "inbox_workflows",
     "live_run_counts",
     "live_runs_about",
     "migration_items",
@@ -142,6 +151,7 @@ __all__ = [
     "task_counts",
     "task_for",
     "tasks_for",
+    "user_groups",
     "viewable_state",
     "waiting_callers",
 ]

@@ -1,14 +1,20 @@
 """Reads about tasks: the tasks a user may see and act on (the identity rule every surface
-applies), a task's decision schemas as written, and who an assignment reaches.
+applies), the inbox's filtered and sorted selection of them and the tasks a user decided, a
+task's decision schemas as written, and who an assignment reaches.
+
+The inbox orders by due date (no due date last), then id: a total order, so paging never shows
+a task twice or skips one while nothing changes.
 
 Callers go through the package (``from workflows import queries``), which re-exports these.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 
 from workflows import users
 from workflows.exceptions import TaskNotFound
@@ -26,6 +32,57 @@ def tasks_for(user: Any, *, include_closed: bool = False) -> QuerySet[Task]:
     return qs.filter(
         Q(assignment_mode="user", assignment_value=user.get_username())
         | Q(assignment_mode="group", assignment_value__in=groups)
+    )
+
+
+@dataclass(frozen=True)
+class InboxFilters:
+    """What the inbox shows: ``search`` in the title and the run's business key, one workflow
+    (definition id), one group, tasks due before a day (UTC midnight), the order by due date."""
+
+    search: str = ""
+    workflow: str = ""
+    group: str = ""
+    due_before: date | None = None
+    latest_due_first: bool = False
+
+
+def inbox(user: Any, filters: InboxFilters = InboxFilters()) -> QuerySet[Task]:
+    """The user's open tasks (``tasks_for``) narrowed by ``filters``, in a stable order."""
+    qs = tasks_for(user)
+    if filters.search:
+        qs = qs.filter(Q(title__icontains=filters.search) | Q(run__business_key__icontains=filters.search))
+    if filters.workflow:
+        qs = qs.filter(run__definition_id=filters.workflow)
+    if filters.group:
+        qs = qs.filter(assignment_mode="group", assignment_value=filters.group)
+    if filters.due_before is not None:
+        qs = qs.filter(due_at__lt=datetime.combine(filters.due_before, time.min, tzinfo=UTC))
+    if filters.latest_due_first:
+        return qs.order_by(F("due_at").desc(nulls_last=True), "-id")
+    return qs.order_by(F("due_at").asc(nulls_last=True), "id")
+
+
+def inbox_workflows(user: Any) -> list[str]:
+    """The workflows (definition ids) of the user's open tasks: the inbox's workflow filter."""
+    return list(tasks_for(user).order_by().values_list("run__definition_id", flat=True).distinct())
+
+
+def user_groups(user: Any) -> list[str]:
+    """The names of the user's groups (the inbox's group filter), sorted."""
+    if not getattr(user, "is_authenticated", False):
+        return []
+    return sorted(user.groups.values_list("name", flat=True))
+
+
+def completed_by(user: Any) -> QuerySet[Task]:
+    """The tasks the user decided (the completion's actor, ``Task.completed_by``), newest first."""
+    if not getattr(user, "is_authenticated", False):
+        return Task.objects.none()
+    return (
+        Task.objects.select_related("run")
+        .filter(status=TaskStatus.COMPLETED, completed_by=user.get_username())
+        .order_by(F("closed_at").desc(nulls_last=True), "-id")
     )
 
 

@@ -1,9 +1,14 @@
-"""Approvers' pages: the inbox of open tasks and one page per task with its decision forms.
+"""Approvers' pages: the inbox of open tasks, the tasks the user decided, and one page per
+task with its claim and decision forms.
 
 Reads go through ``workflows.queries`` (which also decides who may see a task: assignees and
 users with the act on any task capability, ``workflows.access``; everyone else gets 404, with no hint that the task
-exists), writes through ``operations.complete_task``. The inbox is one template that htmx
-refreshes as a fragment (``request.htmx``).
+exists), writes through ``workflows.operations``. The inbox is one template that htmx
+refreshes as a fragment (``request.htmx``); its search, filters, order and page are a plain
+GET form in the query string, so a filtered page works without JavaScript, can be bookmarked,
+and the refresh keeps it. A group task may be claimed by one member at a time
+(``operations.claim_task``); while someone holds it, the others see who and their decision
+is refused (``operations.complete_claimed_task``).
 
 A decision form carries two hidden fields: an idempotency key minted when the page is drawn
 (a double submit records one completion; the second answers the first) and a signed
@@ -20,13 +25,15 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from django import forms as html_forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core import signing
+from django.core.paginator import Page, Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from workflows import operations, queries
@@ -48,6 +55,8 @@ MAX_STATE_DEPTH = 6
 # after a decision is recorded the page waits this long for the executor, so the
 # confirmation can show where the run went (the decision is recorded either way)
 CONFIRM_WAIT_SECONDS = 2.0
+PAGE_SIZE = 25  # inbox and "Completed by me" rows per page
+SORTS = {"due": "Due date, soonest first", "-due": "Due date, latest first"}
 
 CLOSED_NOTICES = {
     "COMPLETING": "A decision has been recorded for this task and is being applied.",
@@ -61,6 +70,40 @@ CLOSED_NOTICES = {
 # --- inbox --------------------------------------------------------------------------------
 
 
+class InboxForm(html_forms.Form):
+    """The inbox's search, filters and order, read from the query string."""
+
+    q = html_forms.CharField(required=False, max_length=200, label="Search")
+    workflow = html_forms.ChoiceField(required=False, label="Workflow")
+    group = html_forms.ChoiceField(required=False, label="Group")
+    due_before = html_forms.DateField(
+        required=False,
+        label="Due before",
+        widget=html_forms.DateInput(attrs={"type": "date"}),
+        error_messages={"invalid": "Enter a date as YYYY-MM-DD."},
+    )
+    sort = html_forms.ChoiceField(required=False, label="Order", choices=list(SORTS.items()))
+
+    def __init__(self, data: Any, *, user: Any) -> None:
+        super().__init__(data)
+        any_choice = [("", "Any")]
+        workflow = self.fields["workflow"]
+        group = self.fields["group"]
+        assert isinstance(workflow, html_forms.ChoiceField) and isinstance(group, html_forms.ChoiceField)
+        workflow.choices = any_choice + [(w, w) for w in sorted(queries.inbox_workflows(user))]
+        group.choices = any_choice + [(g, g) for g in queries.user_groups(user)]
+
+    def filters(self) -> queries.InboxFilters:
+        data = self.cleaned_data
+        return queries.InboxFilters(
+            search=data["q"].strip(),
+            workflow=data["workflow"],
+            group=data["group"],
+            due_before=data["due_before"],
+            latest_due_first=data["sort"] == "-due",
+        )
+
+
 @require_GET
 def inbox(request: HttpRequest) -> HttpResponse:
     if not request.user.is_authenticated:
@@ -70,12 +113,45 @@ def inbox(request: HttpRequest) -> HttpResponse:
             # form instead of swapping the form into the inbox
             return HttpResponseClientRedirect(login)
         return HttpResponseRedirect(login)
+    form = InboxForm(request.GET, user=request.user)
+    filters = form.filters() if form.is_valid() else None
     now = queries.database_now()
-    tasks = list(queries.tasks_for(request.user).order_by("due_at", "created_at")[:500])
-    rows = [{"task": t, "overdue": _overdue(t, now)} for t in tasks]
-    context = {"rows": rows, "now": now, "overdue_count": sum(1 for r in rows if r["overdue"])}
+    context: dict[str, Any] = {"form": form, "now": now, "filtered": False, "rows": [], "overdue_count": 0}
+    if filters is not None:
+        selected = queries.inbox(request.user, filters)
+        page = _page(request, selected)
+        context |= {
+            "page": page,
+            "query": _query_without_page(request),
+            "rows": [{"task": t, "overdue": _overdue(t, now)} for t in page.object_list],
+            "overdue_count": selected.filter(status="OPEN", due_at__lte=now).count(),
+            "filtered": filters != queries.InboxFilters(),
+        }
     template = "workflows/tasks/_inbox_table.html" if getattr(request, "htmx", False) else "workflows/tasks/inbox.html"
     return render(request, template, context)
+
+
+@login_required
+@require_GET
+def completed(request: HttpRequest) -> HttpResponse:
+    """ "Completed by me": the tasks this user decided, newest first."""
+    page = _page(request, queries.completed_by(request.user))
+    rows = [{"task": t, "label": _label_of(t, t.decision)} for t in page.object_list]
+    return render(
+        request, "workflows/tasks/completed.html", {"page": page, "rows": rows, "query": _query_without_page(request)}
+    )
+
+
+def _page(request: HttpRequest, selected: Any) -> Page:
+    """The requested page (an unreadable or too large number: the first or the last page)."""
+    return Paginator(selected, PAGE_SIZE).get_page(request.GET.get("page"))
+
+
+def _query_without_page(request: HttpRequest) -> str:
+    """The query string the page links keep (search, filters, order)."""
+    kept = request.GET.copy()
+    kept.pop("page", None)
+    return kept.urlencode()
 
 
 def _overdue(task: Task, now: datetime) -> bool:
@@ -100,6 +176,8 @@ def task_page(request: HttpRequest, task_id: uuid.UUID) -> HttpResponse:
 
 
 def _decide(request: HttpRequest, task: Task) -> HttpResponse:
+    if _held_by_another(request, task):
+        return _render_task(request, task, notice=_claimed_notice(task), status=409)
     decision = str(request.POST.get("decision", ""))
     key = str(request.POST.get("idempotency_key", ""))[:255] or None
     ticket = _read_ticket(request, task.id)
@@ -130,7 +208,7 @@ def _decide(request: HttpRequest, task: Task) -> HttpResponse:
     expected = {"mode": ticket["mode"], "value": ticket["value"]} if ticket else None
     subject_version = ticket.get("subject_version") if ticket and task.require_version_stability else None
     try:
-        recorded = operations.complete_task(
+        recorded = operations.complete_claimed_task(
             task_id=task.id,
             decision=decision,
             payload=payload,
@@ -147,8 +225,10 @@ def _decide(request: HttpRequest, task: Task) -> HttpResponse:
         if not form.has_errors:
             form.errors.append("This decision could not be recorded with these details.")
         return _render_task(request, task, failed=form, key=key, status=422)
-    except TaskNotWaiting:
+    except TaskNotWaiting as exc:
         task.refresh_from_db()
+        if exc.code == "TASK_CLAIMED":
+            return _render_task(request, task, notice=_claimed_notice(task), status=409)
         if not queries.can_act_on_task(request.user, task):
             return _gone(request, status=409)
         if task.status == "OPEN":
@@ -183,6 +263,51 @@ def _decide(request: HttpRequest, task: Task) -> HttpResponse:
     return HttpResponseRedirect(reverse("workflows:task", args=[task.id]))
 
 
+@login_required
+@require_POST
+def claim(request: HttpRequest, task_id: uuid.UUID) -> HttpResponse:
+    """Claim a group task (``release`` in the form: give it back) and return to its page."""
+    try:
+        task = queries.task_for(request.user, task_id=task_id)
+    except TaskNotFound:
+        raise Http404("task not found") from None
+    release = "release" in request.POST
+    try:
+        if release:
+            operations.unclaim_task(task_id=task.id, actor=request.user)
+        else:
+            operations.claim_task(task_id=task.id, actor=request.user)
+    except TaskNotWaiting as exc:
+        task.refresh_from_db()
+        if exc.code == "TASK_CLAIMED":
+            messages.error(request, _claimed_notice(task))
+        elif exc.code == "TASK_NOT_CLAIMABLE":
+            messages.error(request, "This task is assigned to you alone; it needs no claim.")
+        else:
+            messages.error(request, "This task no longer takes a decision, so its claim cannot change.")
+    else:
+        if release:
+            messages.success(request, "You released this task: any member of its group may take it now.")
+        else:
+            messages.success(
+                request, f"You claimed this task: other members of group {task.assignment_value} see that you hold it."
+            )
+    return HttpResponseRedirect(reverse("workflows:task", args=[task.id]))
+
+
+def _held_by_another(request: HttpRequest, task: Task) -> bool:
+    """An open task claimed by someone else: this user may not decide it."""
+    return task.status == "OPEN" and task.claimed_by not in ("", request.user.get_username())
+
+
+def _claimed_notice(task: Task) -> str:
+    if not task.claimed_by:
+        return "This task changed since you opened it. Review it again before deciding."
+    return (
+        f"{task.claimed_by} has claimed this task; only they can decide it until they release it. Nothing was changed."
+    )
+
+
 def _render_task(
     request: HttpRequest,
     task: Task,
@@ -197,7 +322,7 @@ def _render_task(
     now = queries.database_now()
     as_written = queries.decision_schemas_as_written(task)
     decision_forms = []
-    if task.status == "OPEN":
+    if task.status == "OPEN" and not _held_by_another(request, task):
         ticket = _ticket(request, task, run.subject_version)
         for d in task.decisions or []:
             if failed is not None and failed.decision == d["name"]:
@@ -217,6 +342,9 @@ def _render_task(
     context = {
         "task": task,
         "run": run,
+        "claimable": task.status == "OPEN" and task.assignment_mode == "group",
+        "held_by_me": task.status == "OPEN" and task.claimed_by == request.user.get_username(),
+        "held_by_another": _held_by_another(request, task),
         "overdue": _overdue(task, now),
         "decisions": decision_forms,
         "closed_notice": CLOSED_NOTICES.get(task.status, ""),

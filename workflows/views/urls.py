@@ -33,6 +33,8 @@ _migrate = [
 urlpatterns = [
     path("tasks/", tasks.inbox, name="inbox"),
     path("tasks/<uuid:task_id>/", tasks.task_page, name="task"),
+    path("tasks/<uuid:task_id>/claim/", tasks.claim, name="task-claim"),
+    path("tasks/completed/", tasks.completed, name="completed"),
     path("runs/", include((_runs, "runs"))),
     path("migrate/", include((_migrate, "migrate"))),
 ]

@@ -55,7 +55,7 @@ class TestRefusalsToHtmx:
         from workflows.engine import migration
 
         monkeypatch.setattr(view, "LARGE_BATCH", 2)
-        monkeypatch.setattr(migration, "LARGE_BATCH", 2)
+        monkeypatch.setattr(migration.apply, "LARGE_BATCH", 2)
         client = admin_client(demo_users)
         client.post(f"{DIALOG}preview/", form(review=("end", "all")), **HTMX)
         record = MigrationRecord.objects.get()

@@ -204,7 +204,7 @@ def canceller(run_id: Any) -> Actor | None:
     """Who cancelled the run: the actor of its latest CANCELLED entry (None when it has none).
     A command that meets the cancelled run later is logged as cancelled by them, not by the
     command's own recorder."""
-    row = db.fetchdict(SQL.canceller, [run_id])
+    row = db.fetchdict(SQL.canceller, [run_id, "CANCELLED"])
     return actor_of(row) if row is not None else None
 
 

@@ -26,9 +26,9 @@ WHERE id = %s AND status = {CommandStatus.CLAIMED} AND token = %s
 SELECT status FROM workflow_branches WHERE run_id = %s AND branch_id = %s ORDER BY id DESC LIMIT 1
 
 -- name: canceller
--- Who cancelled the run: the actor of its latest CANCELLED history entry.
+-- Who cancelled the run: the actor of its latest history entry of the type given (CANCELLED).
 SELECT actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status FROM workflow_history
-WHERE run_id = %s AND type = 'CANCELLED' ORDER BY seq DESC LIMIT 1
+WHERE run_id = %s AND type = %s ORDER BY seq DESC LIMIT 1
 
 -- name: cancel_task
 -- The task of a COMPLETION that met a cancelled or ended run.

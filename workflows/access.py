@@ -146,6 +146,8 @@ ROUTES: dict[str, dict[str, Guard]] = {
     "workflows:runs:history": {"GET": Capability.VIEW_RUNS},
     "workflows:runs:change": {"GET": Capability.VIEW_RUNS},
     "workflows:runs:cancel": {"GET": Capability.CANCEL, "POST": Capability.CANCEL},
+    "workflows:runs:signal": {"GET": Capability.SIGNAL, "POST": Capability.SIGNAL},
+    "workflows:runs:retry": {"GET": Capability.RETRY, "POST": Capability.RETRY},
     # Migrate dialog
     "workflows:migrate:dialog": {"GET": Capability.MIGRATE},
     "workflows:migrate:picker": {"GET": Capability.MIGRATE},

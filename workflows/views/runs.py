@@ -313,7 +313,9 @@ def decision_routes(step: Any, outcome: str, before: Any = None, *, with_values:
             for text, pointer in state_reads(test):
                 had, value = _value_at(before, pointer)
                 reads.append({"path": text, "value": _compact(value) if had else "", "had": had})
-        rows.append({"n": i + 1, "kind": kind, "test": test, "to": route.to, "verdict": verdict, "tone": tone, "reads": reads})
+        rows.append(
+            {"n": i + 1, "kind": kind, "test": test, "to": route.to, "verdict": verdict, "tone": tone, "reads": reads}
+        )
     return {
         "rows": rows,
         "default": step.default,

@@ -56,14 +56,14 @@ MATRIX: dict[Capability, Rule] = {
         "read runs, their history and state: API run list/detail/history, the run viewer, the run admin",
     ),
     Capability.START: Rule(("workflows.add_run",), "start runs (API POST /runs/)"),
-    Capability.SIGNAL: Rule(("workflows.change_run",), "send signals to runs (API)"),
+    Capability.SIGNAL: Rule(("workflows.change_run",), "send signals to runs: API, the run viewer's Send signal"),
     Capability.CANCEL: Rule(
         ("workflows.cancel_runs",),
         "cancel runs: API cancel, the run viewer's Cancel run, the radar's bulk cancel",
     ),
     Capability.RETRY: Rule(
         ("workflows.change_run",),
-        "retry runs: API retry, the radar's retry and bulk retry, the run and command admin's retry",
+        "retry runs: API, the run viewer's Retry, the radar's retry and bulk retry, the run and command admin's retry",
     ),
     Capability.MIGRATE: Rule(
         ("workflows.migrate_runs", "workflows.change_definitionversion"),

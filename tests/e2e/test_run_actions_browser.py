@@ -156,6 +156,7 @@ def test_an_operator_signals_a_waiting_run_and_retries_a_failed_one(
         assert page.locator("h2", has_text="Signal paid").count() == 1
         press(page, "#signal-review")  # nothing filled in: a form error
         assert "Nothing was sent" in page.locator("main").inner_text()
+        page.screenshot(path=str(tmp_path / "signal-form.png"), full_page=True)
         tab_to(page, "input[name='payload/amount']")
         page.keyboard.type("100")
         press(page, "#signal-review")
@@ -189,6 +190,7 @@ def test_an_operator_signals_a_waiting_run_and_retries_a_failed_one(
         # a phone: the failed run, retried once its cause is gone
         page.set_viewport_size({"width": 390, "height": 844})
         page.goto(f"/runs/{failed}/")
+        page.screenshot(path=str(tmp_path / "failed-390.png"))
         assert page.locator("#run-status").inner_text() == "Failed"
         gate.unlink()
         press(page, "#action-retry")

@@ -8,6 +8,7 @@ decision explanation lists a decision step's routes with what the history says o
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from tests.support import ops
 from tests.views.test_run_viewer import PAID, client_for, deploy, drain, text, user
 from workflows import operations
 from workflows.models import Command, HistoryEntry, Run
+from workflows.views.runs import decision_routes, state_reads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -159,3 +161,36 @@ def test_times_carry_their_absolute_iso_time(waiting: Run) -> None:
     stamps = re.findall(r'<time datetime="([^"]+)" title="([^"]+)">', page)
     assert stamps and all(iso == title and "T" in iso for iso, title in stamps)
     assert "workflows/js/localtime.js" in page
+
+
+def _step(*routes: tuple[str, str], default: str) -> Any:
+    return SimpleNamespace(
+        type="decision",
+        routes=[SimpleNamespace(to=to, when=SimpleNamespace(source=test), condition=None) for test, to in routes],
+        default=default,
+        conditions={},
+    )
+
+
+def test_route_verdicts_say_only_what_the_recorded_outcome_tells() -> None:
+    step = _step(("state.a > 1", "x"), ("state['b'].c == 'y'", "y"), ("true", "z"), default="d")
+    chose_y = decision_routes(step, "y", {"a": 0, "b": {"c": "y"}}, with_values=True)
+    assert chose_y is not None
+    assert [r["verdict"] for r in chose_y["rows"]] == ["did not hold", "matched", "not evaluated"]
+    assert chose_y["default_verdict"] == "not taken"
+    assert [(v["path"], v["value"]) for v in chose_y["rows"][1]["reads"]] == [("state['b'].c", '"y"')]
+
+    default = decision_routes(step, "d")
+    assert default is not None and default["default_verdict"] == "taken"
+    assert {r["verdict"] for r in default["rows"]} == {"did not hold"}
+
+    twice = _step(("state.a > 1", "x"), ("state.a < 0", "x"), default="x")
+    ambiguous = decision_routes(twice, "x")
+    assert ambiguous is not None and ambiguous["ambiguous"]
+    assert [r["verdict"] for r in ambiguous["rows"]] == ["one of these matched"] * 2
+
+    assert decision_routes(step, "retry") is None  # not a choice of route
+    assert state_reads("state.paid >= state.total && state.paid > 0") == [
+        ("state.paid", "/paid"),
+        ("state.total", "/total"),
+    ]

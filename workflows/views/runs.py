@@ -272,7 +272,7 @@ def state_reads(source: str) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     for match in _STATE_PATH.finditer(source):
         tokens = [a or b for a, b in _PATH_TOKEN.findall(match.group(1))]
-        pointer = "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens)
+        pointer = "".join("/" + forms.escape(t) for t in tokens)
         if (match.group(0), pointer) not in found:
             found.append((match.group(0), pointer))
     return found
@@ -299,11 +299,15 @@ def decision_routes(step: Any, outcome: str, before: Any = None, *, with_values:
     if step is None or getattr(step, "type", "") != "decision":
         return None
     hits = [i for i, r in enumerate(step.routes) if r.to == outcome]
+    if not hits and outcome != step.default:
+        return None  # not a choice of route (a retry logged at the step, say)
+    with_values = with_values and before is not None
+    several = len(hits) > 1 or (bool(hits) and outcome == step.default)
     rows = []
     for i, route in enumerate(step.routes):
         if not hits or i < hits[0]:
             verdict, tone = "did not hold", "no"
-        elif len(hits) == 1:
+        elif not several:
             verdict, tone = ("matched", "yes") if i == hits[0] else ("not evaluated", "skip")
         else:
             verdict, tone = ("one of these matched", "maybe") if i in hits else ("not recorded", "skip")
@@ -316,12 +320,17 @@ def decision_routes(step: Any, outcome: str, before: Any = None, *, with_values:
         rows.append(
             {"n": i + 1, "kind": kind, "test": test, "to": route.to, "verdict": verdict, "tone": tone, "reads": reads}
         )
+    if outcome != step.default:
+        default = ("not taken", "skip")
+    else:
+        default = ("one of these matched", "maybe") if several else ("taken", "yes")
     return {
         "rows": rows,
         "default": step.default,
-        "default_taken": not hits and outcome == step.default,
-        "ambiguous": len(hits) > 1,
-        "values_known": with_values and before is not None,
+        "default_verdict": default[0],
+        "default_tone": default[1],
+        "ambiguous": several,
+        "values_known": with_values,
     }
 
 

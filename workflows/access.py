@@ -56,14 +56,14 @@ MATRIX: dict[Capability, Rule] = {
         "read runs, their history and state: API run list/detail/history, the run viewer, the run admin",
     ),
     Capability.START: Rule(("workflows.add_run",), "start runs (API POST /runs/)"),
-    Capability.SIGNAL: Rule(("workflows.change_run",), "send signals to runs (API)"),
+    Capability.SIGNAL: Rule(("workflows.change_run",), "send signals to runs: API, the run viewer's Send signal"),
     Capability.CANCEL: Rule(
         ("workflows.cancel_runs",),
         "cancel runs: API cancel, the run viewer's Cancel run, the radar's bulk cancel",
     ),
     Capability.RETRY: Rule(
         ("workflows.change_run",),
-        "retry runs: API retry, the radar's retry and bulk retry, the run and command admin's retry",
+        "retry runs: API, the run viewer's Retry, the radar's retry and bulk retry, the run and command admin's retry",
     ),
     Capability.MIGRATE: Rule(
         ("workflows.migrate_runs", "workflows.change_definitionversion"),
@@ -146,6 +146,8 @@ ROUTES: dict[str, dict[str, Guard]] = {
     "workflows:runs:history": {"GET": Capability.VIEW_RUNS},
     "workflows:runs:change": {"GET": Capability.VIEW_RUNS},
     "workflows:runs:cancel": {"GET": Capability.CANCEL, "POST": Capability.CANCEL},
+    "workflows:runs:signal": {"GET": Capability.SIGNAL, "POST": Capability.SIGNAL},
+    "workflows:runs:retry": {"GET": Capability.RETRY, "POST": Capability.RETRY},
     # Migrate dialog
     "workflows:migrate:dialog": {"GET": Capability.MIGRATE},
     "workflows:migrate:picker": {"GET": Capability.MIGRATE},

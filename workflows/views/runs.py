@@ -1,4 +1,5 @@
-"""The run viewer (view runs capability): ``/runs/`` and ``/runs/<id>/``, and the cancel-run confirmation.
+"""The run viewer (view runs capability): ``/runs/`` and ``/runs/<id>/``, and the operator's
+actions on a run: cancel, send a signal, retry, and a link to migrate it.
 
 A run's page explains it: the header (status, pin, subject, business key, who started it),
 a picture of its graph with the current position(s) and the path taken, the timeline of its
@@ -12,12 +13,30 @@ Cancel run lives on a waiting run's page for users with the cancel runs capabili
 lists what it will cancel, and carries the run's ``state_version`` and ``history_seq`` as
 shown; ``operations.cancel_confirmed`` leaves the run alone when it moved on meanwhile.
 
+Send a signal and Retry follow the same pattern, each behind the capability the API asks for
+(signal runs, retry runs): a button on the run page opens a page of its own, and only a POST
+from that page's confirmation records anything. The signal form offers only the signals the
+run (or one of its branches) waits for now, its fields generated from the wait's payload
+schema by ``workflows.presentation.forms`` (the task forms' generator); the payload is checked
+against that schema before anything is recorded, so a bad value is a form error and never a
+signal the executor would reject later. Retry is offered for a FAILED run only. "Migrate this
+run" links to the Migrate dialog with the run's revision as its source, for users who may
+migrate.
+
+A decision step's timeline entry lists its routes in order, as the definition wrote them, and
+which one the recorded outcome matched. The history records the outcome (the step chosen),
+not each condition's result: routes before the matched one did not hold, routes after it were
+not evaluated, and a target reached by several routes is said to be ambiguous. The values a
+condition reads (``state.x``) are shown from the state before the decision, redacted as the
+decision log redacts it, on the decision's "State before and after".
+
 Reads go through ``workflows.queries``, writes through ``workflows.operations``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -26,13 +45,25 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods
 
 from workflows import access, jsonvalues, operations, queries
 from workflows.access import Capability, page_requires
-from workflows.exceptions import AlreadyMovedOn, InstanceNotFound, LockTimeout, PersistenceError
-from workflows.models import HistoryEntry, Run, RunStatus
+from workflows.definitions import schemas
+from workflows.exceptions import (
+    AlreadyMovedOn,
+    IdempotencyConflict,
+    InstanceNotFound,
+    InvalidPayload,
+    LockTimeout,
+    PersistenceError,
+    SignalLimit,
+    SignalRejected,
+)
+from workflows.models import ENDED_STATUSES, BranchStatus, HistoryEntry, Run, RunStatus
+from workflows.presentation import forms
 from workflows.presentation.graph import render_svg
 
 RUNS_PAGE = 50
@@ -41,6 +72,20 @@ VALUE_CHARS = 160  # a value shown inline in the timeline is cut here (the full 
 
 def _can_cancel(request: HttpRequest) -> bool:
     return access.has(request.user, Capability.CANCEL)
+
+
+def _action_links(request: HttpRequest, run: Run, plan: Any) -> dict[str, Any]:
+    """The actions the run page offers this user for this run (each page checks again)."""
+    user = request.user
+    migrate_url = ""
+    if access.has(user, Capability.MIGRATE) and run.status not in ENDED_STATUSES:
+        dialog = reverse("workflows:migrate:dialog", args=[run.scope, run.definition_id])
+        migrate_url = f"{dialog}?{urlencode({'source': run.version})}"
+    return {
+        "signals": waiting_signals(run, plan) if access.has(user, Capability.SIGNAL) else [],
+        "can_retry": access.has(user, Capability.RETRY) and run.status == RunStatus.FAILED,
+        "migrate_url": migrate_url,
+    }
 
 
 def _run_or_404(run_id: uuid.UUID) -> Run:
@@ -184,13 +229,16 @@ def _details(entry: HistoryEntry) -> dict[str, Any]:
     return info
 
 
-def timeline_rows(entries: list[HistoryEntry], step_types: dict[str, str]) -> list[dict[str, Any]]:
+def timeline_rows(entries: list[HistoryEntry], plan: Any) -> list[dict[str, Any]]:
     commands = queries.commands_by_id({e.command_id for e in entries})
+    steps = plan.steps if plan is not None else {}
     rows = []
     for e in entries:
         cmd = commands.get(e.command_id) if e.command_id is not None else None
         outcome = e.outcome
-        if e.type == "DECISION" and step_types.get(e.step) == "decision" and outcome:
+        step = steps.get(e.step)
+        routes = decision_routes(step, outcome) if e.type == "DECISION" and outcome else None
+        if routes is not None:
             outcome = f"chose {outcome}"
         rows.append(
             {
@@ -206,14 +254,84 @@ def timeline_rows(entries: list[HistoryEntry], step_types: dict[str, str]) -> li
                     else ""
                 ),
                 "is_decision": e.type == "DECISION",
+                "routes": routes,
                 **_details(e),
             }
         )
     return rows
 
 
-def _step_types(plan: Any) -> dict[str, str]:
-    return {sid: step.type for sid, step in plan.steps.items()} if plan is not None else {}
+# --- decisions explained ------------------------------------------------------------------
+
+_STATE_PATH = re.compile(r"\bstate((?:\.[A-Za-z_][A-Za-z0-9_]*|\[\s*'[^']*'\s*\]|\[\s*\"[^\"]*\"\s*\])+)")
+_PATH_TOKEN = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[\s*['\"]([^'\"]*)['\"]\s*\]")
+
+
+def state_reads(source: str) -> list[tuple[str, str]]:
+    """The state members a CEL text reads, as (``state.a.b``, JSON pointer ``/a/b``), in order."""
+    found: list[tuple[str, str]] = []
+    for match in _STATE_PATH.finditer(source):
+        tokens = [a or b for a, b in _PATH_TOKEN.findall(match.group(1))]
+        pointer = "".join("/" + forms.escape(t) for t in tokens)
+        if (match.group(0), pointer) not in found:
+            found.append((match.group(0), pointer))
+    return found
+
+
+def _test_of(step: Any, route: Any) -> tuple[str, str]:
+    """A route's test as written: ("when", CEL text) or ("condition", its name and CEL if any)."""
+    if route.when is not None:
+        return "when", str(route.when.source)
+    named = step.conditions.get(route.condition) if route.condition else None
+    source = getattr(named, "source", "") if getattr(named, "kind", "") == "cel" else ""
+    return "condition", f"{route.condition}: {source}" if source else str(route.condition or "")
+
+
+def decision_routes(step: Any, outcome: str, before: Any = None, *, with_values: bool = False) -> dict[str, Any] | None:
+    """A decision step's routes in order with what the recorded ``outcome`` says of each.
+
+    The engine takes the first route that holds, else the default, and logs only the step it
+    chose. So with one route leading there: the routes before it did not hold, it matched,
+    the ones after were not evaluated. With none: every route did not hold and the default
+    was taken. With several: one of them matched; which is not recorded. ``with_values``: the
+    state members each test reads, from ``before`` (the redacted state the log rebuilds).
+    """
+    if step is None or getattr(step, "type", "") != "decision":
+        return None
+    hits = [i for i, r in enumerate(step.routes) if r.to == outcome]
+    if not hits and outcome != step.default:
+        return None  # not a choice of route (a retry logged at the step, say)
+    with_values = with_values and before is not None
+    several = len(hits) > 1 or (bool(hits) and outcome == step.default)
+    rows = []
+    for i, route in enumerate(step.routes):
+        if not hits or i < hits[0]:
+            verdict, tone = "did not hold", "no"
+        elif not several:
+            verdict, tone = ("matched", "yes") if i == hits[0] else ("not evaluated", "skip")
+        else:
+            verdict, tone = ("one of these matched", "maybe") if i in hits else ("not recorded", "skip")
+        kind, test = _test_of(step, route)
+        reads = []
+        if with_values:
+            for text, pointer in state_reads(test):
+                had, value = _value_at(before, pointer)
+                reads.append({"path": text, "value": _compact(value) if had else "", "had": had})
+        rows.append(
+            {"n": i + 1, "kind": kind, "test": test, "to": route.to, "verdict": verdict, "tone": tone, "reads": reads}
+        )
+    if outcome != step.default:
+        default = ("not taken", "skip")
+    else:
+        default = ("one of these matched", "maybe") if several else ("taken", "yes")
+    return {
+        "rows": rows,
+        "default": step.default,
+        "default_verdict": default[0],
+        "default_tone": default[1],
+        "ambiguous": several,
+        "values_known": with_values,
+    }
 
 
 # --- list ---------------------------------------------------------------------------------
@@ -292,7 +410,7 @@ def _history_context(run: Run, plan: Any, params: dict[str, Any]) -> dict[str, A
     query_string = "&".join(f"{k}={v}" for k, v in query.items() if v)
     return {
         "run": run,
-        "rows": timeline_rows(entries, _step_types(plan)),
+        "rows": timeline_rows(entries, plan),
         "next_cursor": next_cursor,
         "history_query": query_string,
         "only": params["only"],
@@ -340,6 +458,7 @@ def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         "parks": queries.run_parks(run_id=run.id),
         "called_runs": queries.called_runs(run_id=run.id, live_only=False),
         "can_cancel": _can_cancel(request) and run.status == "WAITING",
+        **_action_links(request, run, plan),
         **_history_context(run, plan, _history_params(request)),
     }
     return render(request, "workflows/runs/detail.html", context)
@@ -378,9 +497,18 @@ def decision_change(request: HttpRequest, run_id: uuid.UUID, seq: int) -> HttpRe
         "patch": patch_lines(change["patch"]),
         "patch_missing": change["patch"] is None,
         "branch": change["entry"].branch_id,
+        "routes": _routes_of(run, change),
     }
     template = "workflows/runs/_change.html" if getattr(request, "htmx", False) else "workflows/runs/change.html"
     return render(request, template, context)
+
+
+def _routes_of(run: Run, change: dict[str, Any]) -> dict[str, Any] | None:
+    entry = change["entry"]
+    plan = queries.plan_of(run)
+    step = plan.steps.get(entry.step) if plan is not None else None
+    before = change["before"] if change["complete"] else None
+    return decision_routes(step, entry.outcome, before, with_values=True) if entry.outcome else None
 
 
 # --- cancel run ---------------------------------------------------------------------------
@@ -447,3 +575,150 @@ def _confirmation(
         "reason": str(request.POST.get("reason", ""))[:255] if request.method == "POST" else "",
     }
     return render(request, "workflows/runs/cancel.html", context, status=status)
+
+
+# --- send a signal ------------------------------------------------------------------------
+
+
+def waiting_signals(run: Run, plan: Any) -> list[dict[str, Any]]:
+    """The signals the run waits for now: its own wait's and its waiting branches', each with
+    the payload schema of the wait (its step's, else the contract's)."""
+    if run.status != RunStatus.WAITING:
+        return []
+    branches = run.branches.filter(status=BranchStatus.WAITING).order_by("branch_id")
+    waits = [("", run.wait)] + [(b.branch_id, b.wait) for b in branches]
+    found = []
+    for branch, wait in waits:
+        if not isinstance(wait, dict) or wait.get("kind") != "signal":
+            continue
+        step = plan.steps.get(wait.get("step")) if plan is not None else None
+        for name in wait.get("signals") or []:
+            schema = getattr(step, "payload_schema", None) if getattr(step, "signal", None) == name else None
+            if schema is None and plan is not None:
+                schema = plan.contract.signals.get(name)
+            found.append(
+                {
+                    "key": f"{branch}:{name}" if branch else name,
+                    "name": name,
+                    "branch": branch,
+                    "step": wait.get("step") or "",
+                    "schema": schema,
+                }
+            )
+    return found
+
+
+def _signal_form(chosen: dict[str, Any]) -> forms.PayloadForm:
+    form = forms.build(chosen["name"], chosen["schema"])
+    for f in form.all_fields():
+        f.form_id = "signal"
+    return form
+
+
+@page_requires(Capability.SIGNAL)
+@require_http_methods(["GET", "POST"])
+def run_signal(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    """Send one of the signals the run waits for: form (GET), check and confirm (POST), record
+    (POST with ``confirmed``)."""
+    run = _run_or_404(run_id)
+    signals = waiting_signals(run, queries.plan_of(run))
+    source = request.POST if request.method == "POST" else request.GET
+    key = str(source.get("signal", ""))
+    chosen = next((s for s in signals if s["key"] == key), None)
+    if request.method == "GET" or chosen is None:
+        if request.method == "POST":
+            return _signal_page(request, run, signals, None, status=409, notice=NOT_WAITING_FOR_SIGNAL)
+        return _signal_page(request, run, signals, chosen or (signals[0] if signals else None))
+    form = _signal_form(chosen)
+    if request.POST.get("confirmed"):
+        try:
+            payload = jsonvalues.loads_input(str(request.POST.get("payload_json", "")))
+        except ValueError:
+            return HttpResponseBadRequest("The confirmation form is incomplete; open it again from the run's page.")
+    else:
+        payload = forms.parse(form, request.POST)
+    if not form.has_errors and chosen["schema"]:
+        forms.attach(form, chosen["schema"], schemas.validate(chosen["schema"], payload if payload is not None else {}))
+    if form.has_errors:
+        return _signal_page(request, run, signals, chosen, form=form, status=422)
+    idempotency = str(request.POST.get("idempotency_key", ""))[:255] or uuid.uuid4().hex
+    if not request.POST.get("confirmed"):
+        context = {
+            "run": run,
+            "chosen": chosen,
+            "payload_json": jsonvalues.canonical(payload),
+            "payload_text": _pretty(payload),
+            "idempotency_key": idempotency,
+        }
+        return render(request, "workflows/runs/signal_confirm.html", context)
+    try:
+        operations.signal(
+            run_id=run.id,
+            name=chosen["name"],
+            payload=payload,
+            branch=chosen["branch"] or None,
+            idempotency_key=idempotency,
+            actor=request.user,
+        )
+    except InvalidPayload as exc:
+        forms.attach(form, chosen["schema"], exc.violations)
+        if not form.has_errors:
+            form.errors.append("This signal could not be sent with these details.")
+        return _signal_page(request, run, signals, chosen, form=form, status=422)
+    except (SignalRejected, SignalLimit, IdempotencyConflict) as exc:
+        return _signal_page(request, run, signals, chosen, status=exc.status, notice=REFUSED_SIGNAL)
+    except (LockTimeout, PersistenceError):
+        return _signal_page(request, run, signals, chosen, status=503, notice=BUSY.format(what="sent"))
+    messages.success(request, f"Signal {chosen['name']} sent; the run moves on when the executor applies it.")
+    return HttpResponseRedirect(reverse("workflows:runs:detail", args=[run.id]))
+
+
+NOT_WAITING_FOR_SIGNAL = "The run is not waiting for this signal any more; nothing was sent."
+REFUSED_SIGNAL = "The run refused this signal (it ended, or has too many open signals); nothing was sent."
+BUSY = "The run is busy right now; nothing was {what}. Try again in a moment."
+
+
+def _signal_page(
+    request: HttpRequest,
+    run: Run,
+    signals: list[dict[str, Any]],
+    chosen: dict[str, Any] | None,
+    *,
+    form: forms.PayloadForm | None = None,
+    notice: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    context = {
+        "run": run,
+        "signals": signals,
+        "chosen": chosen,
+        "form": form if form is not None else (_signal_form(chosen) if chosen is not None else None),
+        "failed": form is not None,
+        "notice": notice,
+    }
+    return render(request, "workflows/runs/signal.html", context, status=status)
+
+
+# --- retry --------------------------------------------------------------------------------
+
+
+@page_requires(Capability.RETRY)
+@require_http_methods(["GET", "POST"])
+def run_retry(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    """Retry a FAILED run: confirmation (GET), record (POST). Any other status is refused."""
+    run = _run_or_404(run_id)
+    if run.status != RunStatus.FAILED:
+        status = 409 if request.method == "POST" else 200
+        return render(request, "workflows/runs/retry.html", {"run": run, "not_failed": True}, status=status)
+    if request.method == "GET":
+        return render(request, "workflows/runs/retry.html", {"run": run})
+    try:
+        operations.retry(run_id=run.id, actor=request.user)
+    except SignalRejected:
+        run.refresh_from_db()
+        return render(request, "workflows/runs/retry.html", {"run": run, "not_failed": True}, status=409)
+    except (LockTimeout, PersistenceError):
+        notice = BUSY.format(what="retried")
+        return render(request, "workflows/runs/retry.html", {"run": run, "notice": notice}, status=503)
+    messages.success(request, "Retry recorded; the run resumes where it failed when the executor runs it.")
+    return HttpResponseRedirect(reverse("workflows:runs:detail", args=[run.id]))

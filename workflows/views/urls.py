@@ -17,6 +17,8 @@ _runs = [
     path("<uuid:run_id>/history/", runs.run_history, name="history"),
     path("<uuid:run_id>/history/<int:seq>/change/", runs.decision_change, name="change"),
     path("<uuid:run_id>/cancel/", runs.run_cancel, name="cancel"),
+    path("<uuid:run_id>/signal/", runs.run_signal, name="signal"),
+    path("<uuid:run_id>/retry/", runs.run_retry, name="retry"),
 ]
 
 _migrate = [

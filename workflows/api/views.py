@@ -92,6 +92,9 @@ ETAG = OpenApiParameter(
     response=[200],
     description='`"<state_version>"` (strong): send it back in If-Match to condition a write on this state',
 )
+RUN_LOCATION = OpenApiParameter(
+    "Location", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[202], description="the run"
+)
 E412 = "STATE_VERSION_MISMATCH: If-Match names another state version than the run's; nothing was recorded"
 
 
@@ -168,10 +171,15 @@ def await_seconds(request: Request) -> float | None:
     return valid(s.AwaitQuery, request.query_params).get("await_")
 
 
+def awaited(run_id: str, wait: float) -> Response:
+    """``?await``: 200 with the run once the executor went idle on it (or the wait ran out)."""
+    operations.await_idle(min(wait, WAIT_CAP_SECONDS), run_id=run_id)
+    return Response(s.RunOut(queries.query(run_id=run_id)).data)
+
+
 def recorded(recording: operations.Recorded, wait: float | None, *, location: bool = False) -> Response:
     if wait is not None:
-        operations.await_idle(min(wait, WAIT_CAP_SECONDS), run_id=recording.run_id)
-        return Response(s.RunOut(queries.query(run_id=recording.run_id)).data)
+        return awaited(recording.run_id, wait)
     headers = {"Location": reverse("api:run", args=[recording.run_id])} if location else None
     return Response(s.CommandOut(recording.as_dict()).data, status=status.HTTP_202_ACCEPTED, headers=headers)
 
@@ -228,9 +236,7 @@ class RunsView(ApiView):
             IDEMPOTENCY_KEY,
             AWAIT,
             RETRY_AFTER,
-            OpenApiParameter(
-                "Location", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[202], description="the run"
-            ),
+            RUN_LOCATION,
         ],
         responses=recorded_responses(
             e409="IDEMPOTENCY_CONFLICT, DEPRECATED, INVALID_TRANSITION (retired)",
@@ -420,8 +426,7 @@ KEYED_WAIT = OpenApiResponse(s.RunOut, description="with ?await: the run after t
 def keyed(answer: operations.KeyedSignal, wait: float | None) -> Response:
     """202 with the keyed answer and the run's Location (or, with ?await, 200 with the run)."""
     if wait is not None:
-        operations.await_idle(min(wait, WAIT_CAP_SECONDS), run_id=answer.run_id)
-        return Response(s.RunOut(queries.query(run_id=answer.run_id)).data)
+        return awaited(answer.run_id, wait)
     headers = {"Location": reverse("api:run", args=[answer.run_id])}
     return Response(s.KeyedSignalOut(answer.as_dict()).data, status=status.HTTP_202_ACCEPTED, headers=headers)
 
@@ -437,7 +442,7 @@ class SignalByKeyView(ApiView):
         "`business_key` that has not ended. Keys are not unique among runs: two open runs with the key are "
         "refused (409 BUSINESS_KEY_AMBIGUOUS); address the run by its id then.",
         request=s.SignalByKeyInput,
-        parameters=[IDEMPOTENCY_KEY, AWAIT, RETRY_AFTER],
+        parameters=[IDEMPOTENCY_KEY, AWAIT, RETRY_AFTER, RUN_LOCATION],
         responses={
             202: OpenApiResponse(s.KeyedSignalOut, description="the signal was recorded (started is false)"),
             200: KEYED_WAIT,
@@ -490,9 +495,7 @@ class SignalWithStartView(ApiView):
             IDEMPOTENCY_KEY,
             AWAIT,
             RETRY_AFTER,
-            OpenApiParameter(
-                "Location", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[202], description="the run"
-            ),
+            RUN_LOCATION,
         ],
         responses={
             202: OpenApiResponse(s.KeyedSignalOut, description="recorded: started says whether a run was started"),

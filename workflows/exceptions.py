@@ -253,3 +253,24 @@ class AssigneeNotFound(WorkflowError):
     code = "ASSIGNEE_NOT_FOUND"
     status = 422
     title = "No such active user or group"
+
+
+# --- conditional writes and business keys ----------------------------------------------------
+
+
+class StateVersionMismatch(WorkflowError):
+    """A write conditioned on the run's state version (the API's ``If-Match``) found another
+    one under the run's lock: nothing was recorded."""
+
+    code = "STATE_VERSION_MISMATCH"
+    status = 412
+    title = "The run's state version does not match"
+
+
+class BusinessKeyAmbiguous(WorkflowError):
+    """More than one open run of a definition carries the business key a call addressed
+    (keys are not unique among runs): address the run by its id."""
+
+    code = "BUSINESS_KEY_AMBIGUOUS"
+    status = 409
+    title = "More than one open run has this business key"

@@ -7,16 +7,26 @@ a stable ``code``). Views, admin, the API and Celery tasks call these, never the
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 
-from workflows.engine import actors, db, pipeline, probe, recording
+from workflows.engine import actors, bounds, commands, db, locks, pipeline, probe, recording, teardown
 from workflows.engine.probe import IdleReport
 from workflows.engine.recording import Recorded
+from workflows.exceptions import (
+    BusinessKeyAmbiguous,
+    IdempotencyConflict,
+    InstanceNotFound,
+    StateVersionMismatch,
+)
+from workflows.models import ENDED_STATUSES, Command, CommandKind, CommandStatus, Dedup, Run
 
 __all__ = [
     "IdleReport",
+    "KeyedSignal",
     "Recorded",
     "await_idle",
     "cancel",
@@ -29,6 +39,8 @@ __all__ = [
     "reconcile_command",
     "retry",
     "signal",
+    "signal_by_key",
+    "signal_with_start",
     "start",
 ]
 
@@ -39,6 +51,42 @@ def _tx(operation: str, fn: Any, **kwargs: Any) -> Any:
             return fn(**kwargs)
     except DatabaseError as exc:
         raise db.map_database_error(exc, operation) from None
+
+
+# A write's condition on the run's state version: one version, any of several, or none.
+ExpectedVersion = int | Collection[int] | None
+
+
+def _conditional(
+    *, record: Any, expected_state_version: ExpectedVersion, callers_first: bool = False, **kwargs: Any
+) -> Any:
+    """``record(**kwargs)`` (a recording on ``kwargs["run_id"]``), only while the run's
+    ``state_version`` is ``expected_state_version`` (or one of them); None: unconditional.
+
+    The compare holds the run's execution lock, taken here before the recording takes it again
+    in the same transaction, so nothing can change the state between the compare and the write
+    (the executor changes a run only under that lock). ``callers_first``: the recording locks
+    the run's call chain before the run (cancel), and so does this, keeping the lock order.
+    A repeat of a committed request under its idempotency key still answers the first
+    recording before any other check: on a mismatch the recording runs in a savepoint and is
+    kept only when it is such a replay. Refuses STATE_VERSION_MISMATCH, recording nothing.
+    """
+    if expected_state_version is None:
+        return record(**kwargs)
+    if callers_first:
+        teardown.lock_callers(kwargs["run_id"])
+    run = locks.lock_run(kwargs["run_id"])
+    expected = {expected_state_version} if isinstance(expected_state_version, int) else set(expected_state_version)
+    if int(run["state_version"]) in expected:
+        return record(**kwargs)
+    mismatch = StateVersionMismatch("the run's state version is not the one the request was conditioned on")
+    if kwargs.get("idempotency_key"):
+        with transaction.atomic():
+            recorded = record(**kwargs)
+            if recorded.replay:
+                return recorded
+            raise mismatch  # leaves the savepoint: the new recording is rolled back
+    raise mismatch
 
 
 def database_error(exc: DatabaseError, operation: str) -> Exception:
@@ -93,15 +141,19 @@ def signal(
     idempotency_key: str | None = None,
     actor: Any = None,
     context: dict[str, Any] | None = None,
+    expected_state_version: ExpectedVersion = None,
 ) -> Recorded:
     """Record a SIGNAL behind the run's earlier commands; the executor applies or parks it.
 
     Refuses: INSTANCE_NOT_FOUND, SIGNAL_REJECTED (ended run, undeclared name),
-    INVALID_PAYLOAD (bounds), SIGNAL_LIMIT, IDEMPOTENCY_CONFLICT, LOCK_TIMEOUT (retryable).
+    INVALID_PAYLOAD (bounds), SIGNAL_LIMIT, IDEMPOTENCY_CONFLICT, LOCK_TIMEOUT (retryable),
+    STATE_VERSION_MISMATCH (see ``expected_state_version`` in :func:`_conditional`).
     """
     return _tx(
         "signal",
-        recording.signal,
+        _conditional,
+        record=recording.signal,
+        expected_state_version=expected_state_version,
         run_id=run_id,
         name=name,
         payload=payload,
@@ -165,12 +217,22 @@ def reassign_task(*, task_id: Any, mode: str, value: str, actor: Any = None) -> 
     )
 
 
-def cancel(*, run_id: Any, reason: str = "", actor: Any = None) -> None:
+def cancel(*, run_id: Any, reason: str = "", actor: Any = None, expected_state_version: ExpectedVersion = None) -> None:
     """Cancel a run synchronously: every open command, timer, task, branch and called run.
 
-    Refuses: INSTANCE_NOT_FOUND, SIGNAL_REJECTED (already ended), LOCK_TIMEOUT.
+    Refuses: INSTANCE_NOT_FOUND, SIGNAL_REJECTED (already ended), LOCK_TIMEOUT,
+    STATE_VERSION_MISMATCH.
     """
-    return _tx("cancel", recording.cancel, run_id=run_id, reason=reason, actor=actors.coerce(actor))
+    return _tx(
+        "cancel",
+        _conditional,
+        record=recording.cancel,
+        expected_state_version=expected_state_version,
+        callers_first=True,
+        run_id=run_id,
+        reason=reason,
+        actor=actors.coerce(actor),
+    )
 
 
 def cancel_confirmed(
@@ -224,12 +286,20 @@ def reconcile_command(*, command_id: Any, action: str, reason: str, actor: Any) 
     )
 
 
-def retry(*, run_id: Any, actor: Any = None) -> Recorded:
+def retry(*, run_id: Any, actor: Any = None, expected_state_version: ExpectedVersion = None) -> Recorded:
     """Record a RETRY, the single recovery operation (failed run or dead-lettered command).
 
-    Refuses: INSTANCE_NOT_FOUND, SIGNAL_REJECTED (ended, or nothing to recover).
+    Refuses: INSTANCE_NOT_FOUND, SIGNAL_REJECTED (ended, or nothing to recover),
+    STATE_VERSION_MISMATCH.
     """
-    return _tx("retry", recording.retry, run_id=run_id, actor=actors.coerce(actor))
+    return _tx(
+        "retry",
+        _conditional,
+        record=recording.retry,
+        expected_state_version=expected_state_version,
+        run_id=run_id,
+        actor=actors.coerce(actor),
+    )
 
 
 def migrate(
@@ -240,15 +310,18 @@ def migrate(
     target_step: str | None = None,
     action: str = "move",
     actor: Any = None,
+    expected_state_version: ExpectedVersion = None,
 ) -> Recorded:
     """Record a MIGRATION to another revision (the executor checks and applies it).
 
     Refuses: INSTANCE_NOT_FOUND, MIGRATION_ILLEGAL_STATE (ended, scope not admitted, another
-    migration pending), INVALID_PAYLOAD.
+    migration pending), INVALID_PAYLOAD, STATE_VERSION_MISMATCH.
     """
     return _tx(
         "migrate",
-        recording.migrate,
+        _conditional,
+        record=recording.migrate,
+        expected_state_version=expected_state_version,
         run_id=run_id,
         target_version=target_version,
         target_scope=target_scope,
@@ -432,3 +505,221 @@ def _refuse_claim_change(task_id: Any, name: str, *, held: bool) -> None:
     if held and task["assignment_mode"] != "group":
         raise TaskNotWaiting("only a group task can be claimed", code="TASK_NOT_CLAIMABLE")
     raise TaskNotWaiting("the task is claimed by another member of its group", code="TASK_CLAIMED")
+
+
+# --- signals addressed by business key (issue #31) ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeyedSignal:
+    """What a signal by business key answers: the run, whether this call started it (with its
+    START), and the SIGNAL recorded; ``replay`` when it repeats an earlier call's answer."""
+
+    run_id: str
+    started: bool
+    start: Recorded | None
+    signal: Recorded
+    replay: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run_id,
+            "started": self.started,
+            "start": self.start.as_dict() if self.start else None,
+            "signal": self.signal.as_dict(),
+        }
+
+
+# The dedup kinds of the two keyed calls (an idempotency key of one is not a key of the other).
+SIGNAL_BY_KEY = "SIGNAL_BY_KEY"
+SIGNAL_WITH_START = "SIGNAL_START"
+
+
+def signal_by_key(
+    *,
+    definition_id: str,
+    business_key: str,
+    name: str,
+    payload: Any = None,
+    scope: str | None = None,
+    branch: str | None = None,
+    idempotency_key: str | None = None,
+    actor: Any = None,
+    context: dict[str, Any] | None = None,
+) -> KeyedSignal:
+    """Signal the one open (not ended) run of ``definition_id`` started in ``scope`` (the start
+    scope, default "default") with ``business_key``.
+
+    Refuses: INSTANCE_NOT_FOUND (no open run has the key), BUSINESS_KEY_AMBIGUOUS (more than
+    one has it), INVALID_PAYLOAD, IDEMPOTENCY_CONFLICT, and what :func:`signal` refuses.
+    A repeat under the same idempotency key answers the first call, even once that run ended.
+    """
+    return _whole_tx(
+        "signal",
+        _signal_keyed,
+        kind=SIGNAL_BY_KEY,
+        start=None,
+        definition_id=definition_id,
+        business_key=business_key,
+        name=name,
+        payload=payload,
+        scope=scope,
+        branch=branch,
+        idempotency_key=idempotency_key,
+        actor=actors.coerce(actor),
+        context=context,
+    )
+
+
+def signal_with_start(
+    *,
+    definition_id: str,
+    business_key: str,
+    name: str,
+    payload: Any = None,
+    start_payload: Any = None,
+    version: int | None = None,
+    scope: str | None = None,
+    branch: str | None = None,
+    idempotency_key: str | None = None,
+    actor: Any = None,
+    context: dict[str, Any] | None = None,
+) -> KeyedSignal:
+    """Signal the open run of ``definition_id`` with ``business_key`` in start scope ``scope``;
+    when none is open, start one (``start_payload``, ``version``) and signal it, in one
+    transaction. The START comes first in the new run's queue, so the executor runs it and
+    then applies or parks the signal.
+
+    Calls for the same key are serialised by a transaction-level advisory lock on (start
+    scope, definition, business key) taken before the look-up, so two concurrent calls start
+    one run (the second signals it). A start through :func:`start` takes no such lock: keys
+    are not unique among runs, and this guarantee holds between signal-with-start calls.
+    Refuses: BUSINESS_KEY_AMBIGUOUS, INVALID_PAYLOAD, IDEMPOTENCY_CONFLICT, what :func:`start`
+    and :func:`signal` refuse. A repeat under the same idempotency key answers the first call
+    and starts nothing.
+    """
+    return _whole_tx(
+        "signal_with_start",
+        _signal_keyed,
+        kind=SIGNAL_WITH_START,
+        start={"payload": start_payload, "version": version},
+        definition_id=definition_id,
+        business_key=business_key,
+        name=name,
+        payload=payload,
+        scope=scope,
+        branch=branch,
+        idempotency_key=idempotency_key,
+        actor=actors.coerce(actor),
+        context=context,
+    )
+
+
+def _whole_tx(operation: str, fn: Any, **kwargs: Any) -> Any:
+    """:func:`_tx` for an operation made of several recordings: none of them may carry the
+    COMMIT (``pipeline.may_commit``), so the transaction is not marked as the operation's own."""
+    try:
+        with transaction.atomic():
+            return fn(**kwargs)
+    except DatabaseError as exc:
+        raise db.map_database_error(exc, operation) from None
+
+
+def _advisory_lock(*parts: str) -> None:
+    """A transaction-level advisory lock on ``parts`` (a hash collision only serialises more)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ["\x1f".join(parts)])
+
+
+def _signal_keyed(
+    *,
+    kind: str,
+    start: dict[str, Any] | None,
+    definition_id: str,
+    business_key: str,
+    name: str,
+    payload: Any,
+    scope: str | None,
+    branch: str | None,
+    idempotency_key: str | None,
+    actor: actors.Actor,
+    context: dict[str, Any] | None,
+) -> KeyedSignal:
+    bounds.check_key(business_key, "the business key", pointer="/business_key")
+    bounds.check_key(idempotency_key, "idempotency key")
+    bounds.check_payload(payload)
+    start_scope = scope or "default"
+    fp = commands.fingerprint(
+        {
+            "definition_id": definition_id,
+            "business_key": business_key,
+            "name": name,
+            "payload": payload,
+            "branch": branch or "",
+            "start": start,
+        }
+    )
+    # the caller's own keys, as for every recording (another caller's same key is another key)
+    dedup_scope = f"{start_scope}\x1f{definition_id}\x1f{recording._caller(actor)}"
+    if idempotency_key:
+        # the key's lock first, then the business key's: one order for every call
+        _advisory_lock(kind, dedup_scope, idempotency_key)
+        found = Dedup.objects.filter(kind=kind, scope=dedup_scope, key=idempotency_key).first()
+        if found is not None:
+            return _replay_keyed(found, fp)
+    _advisory_lock("business-key", start_scope, definition_id, business_key)
+    open_runs = list(
+        Run.objects.filter(start_scope=start_scope, definition_id=definition_id, business_key=business_key)
+        .exclude(status__in=ENDED_STATUSES)
+        .values_list("id", flat=True)[:2]
+    )
+    if len(open_runs) > 1:
+        raise BusinessKeyAmbiguous("more than one open run of the definition has this business key")
+    started: Recorded | None = None
+    if open_runs:
+        run_id = str(open_runs[0])
+    elif start is None:
+        raise InstanceNotFound("no open run of the definition has this business key")
+    else:
+        started = recording.start(
+            definition_id=definition_id,
+            payload=start["payload"],
+            version=start["version"],
+            scope=scope,
+            business_key=business_key,
+            actor=actor,
+            context=context,
+        )
+        run_id = started.run_id
+    signalled = recording.signal(run_id=run_id, name=name, payload=payload, branch=branch, actor=actor, context=context)
+    if idempotency_key:
+        Dedup.objects.create(
+            kind=kind,
+            scope=dedup_scope,
+            key=idempotency_key,
+            fingerprint=fp,
+            run_id=run_id,
+            command_id=signalled.command_id,
+            result={"start": started.command_id if started else None},
+        )
+    return KeyedSignal(run_id, started is not None, started, signalled)
+
+
+def _replay_keyed(found: Dedup, fp: str) -> KeyedSignal:
+    if found.fingerprint != fp:
+        raise IdempotencyConflict("the idempotency key was used for another request")
+    start_id = (found.result or {}).get("start")
+    ids = [i for i in (start_id, found.command_id) if i is not None]
+    rows = {c.id: c for c in Command.objects.filter(pk__in=ids)}
+
+    def replayed(command_id: int, kind: str) -> Recorded:
+        row = rows.get(command_id)
+        if row is None:  # the command is gone (retention): it was settled long ago
+            return Recorded(str(found.run_id), command_id, kind, CommandStatus.COMPLETE, None, replay=True)
+        return Recorded(str(row.run_id), row.id, row.kind, row.status, row.seq, replay=True)
+
+    assert found.command_id is not None
+    started = replayed(start_id, CommandKind.START) if start_id is not None else None
+    return KeyedSignal(
+        str(found.run_id), started is not None, started, replayed(found.command_id, CommandKind.SIGNAL), True
+    )

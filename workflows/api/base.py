@@ -43,6 +43,7 @@ _ERROR_TEXT = {
     404: "not found (NOT_FOUND, INSTANCE_NOT_FOUND, TASK_NOT_FOUND, DEFINITION_MISSING)",
     406: "NOT_ACCEPTABLE: the API answers JSON",
     409: "conflict (IDEMPOTENCY_CONFLICT, SIGNAL_REJECTED, TASK_NOT_WAITING, INVALID_TRANSITION, ...)",
+    412: "STATE_VERSION_MISMATCH: If-Match names another state version than the run's",
     413: "PAYLOAD_TOO_LARGE: the body is larger than the server accepts",
     415: "UNSUPPORTED_MEDIA_TYPE: send application/json",
     422: "unprocessable (NO_CURRENT_VERSION, VERSION_NOT_RUNNABLE, DEFINITION_INVALID, ...)",

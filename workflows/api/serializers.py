@@ -49,6 +49,21 @@ class SignalInput(serializers.Serializer):
     branch = _name(required=False, allow_null=True, allow_blank=True)
 
 
+class SignalByKeyInput(SignalInput):
+    """A signal addressed by definition and business key instead of the run's id."""
+
+    definition_id = _name()
+    scope = _name(required=False, allow_null=True)
+    business_key = _name(trim_whitespace=False)
+
+
+class SignalWithStartInput(SignalByKeyInput):
+    """Signal-with-start: the signal, and the start of a run for the key when none is open."""
+
+    version = serializers.IntegerField(min_value=1, max_value=2_147_483_647, required=False, allow_null=True)
+    start_payload = AnyJSONField(required=False, allow_null=True)
+
+
 class CancelInput(serializers.Serializer):
     reason = serializers.CharField(max_length=1000, required=False, allow_blank=True, allow_null=True)
 
@@ -165,6 +180,16 @@ class CommandOut(serializers.Serializer):
     kind = serializers.CharField()
     status = serializers.CharField()
     seq = serializers.IntegerField(allow_null=True)
+
+
+class KeyedSignalOut(serializers.Serializer):
+    """The answer of a signal by business key: the run, whether the call started it (and the
+    START it recorded), and the SIGNAL."""
+
+    run = serializers.UUIDField()
+    started = serializers.BooleanField()
+    start = CommandOut(allow_null=True)
+    signal = CommandOut()
 
 
 class SubjectOut(serializers.Serializer):

@@ -16,6 +16,8 @@ app_name = "api"
 
 v1: list[URLPattern | URLResolver] = [
     path("runs/", views.RunsView.as_view(), name="runs"),
+    path("runs/by-key/signals/", views.SignalByKeyView.as_view(), name="runs-signal-by-key"),
+    path("runs/by-key/signal-with-start/", views.SignalWithStartView.as_view(), name="runs-signal-with-start"),
     path("runs/<str:id>/", views.RunView.as_view(), name="run"),
     path("runs/<str:id>/history/", views.RunHistoryView.as_view(), name="run-history"),
     path("runs/<str:id>/signals/", views.RunSignalView.as_view(), name="run-signals"),

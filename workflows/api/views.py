@@ -7,10 +7,15 @@ by ``workflows.api.errors.problem_exception_handler``.
 Recording endpoints (start, signal, complete, retry, migrate) answer ``202`` with the recorded
 command; with ``?await=N`` (0 to 30 s) they wait for the execution probe on that run and answer
 ``200`` with the run as it is then.
+
+A run answers ``ETag: "<state_version>"`` and the writes under its path take ``If-Match``
+(``run_etag``, ``if_match``): integrators condition a write on the state they read, and the
+operation compares under the run's lock (412 STATE_VERSION_MISMATCH, nothing recorded).
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -20,6 +25,7 @@ from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -29,7 +35,7 @@ from workflows.api import serializers as s
 from workflows.api.base import BODY, PAGE, ApiView, errors, valid
 from workflows.api.errors import PROBLEM_CONTENT_TYPE, problem
 from workflows.engine import bounds
-from workflows.exceptions import InstanceNotFound, TaskNotFound
+from workflows.exceptions import InstanceNotFound, InvalidPayload, TaskNotFound, Violation
 
 # The longest ``?await`` honoured, in seconds (the parameter is validated against
 # serializers.MAX_AWAIT_SECONDS; this cap is what the wait uses).
@@ -71,13 +77,32 @@ DEFINITION_ID = OpenApiParameter(
     "definition_id", {"type": "string", "pattern": "^[^/]+$"}, OpenApiParameter.PATH, description="the definition id"
 )
 VERSION = OpenApiParameter("version", OpenApiTypes.INT, OpenApiParameter.PATH, description="the version")
+IF_MATCH = OpenApiParameter(
+    "If-Match",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description='the run\'s ETag as read (`"<state_version>"`, a list of them, or `*`): the write is made only '
+    "while the run is at that state version (compared under the run's lock), otherwise 412 "
+    "STATE_VERSION_MISMATCH and nothing is recorded; without it the write is unconditional",
+)
+ETAG = OpenApiParameter(
+    "ETag",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    response=[200],
+    description='`"<state_version>"` (strong): send it back in If-Match to condition a write on this state',
+)
+RUN_LOCATION = OpenApiParameter(
+    "Location", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[202], description="the run"
+)
+E412 = "STATE_VERSION_MISMATCH: If-Match names another state version than the run's; nothing was recorded"
 
 
-def recorded_responses(**text: str) -> dict[Any, Any]:
+def recorded_responses(*codes: int, **text: str) -> dict[Any, Any]:
     return {
         202: OpenApiResponse(s.CommandOut, description="the command was recorded; the executor runs it"),
         200: OpenApiResponse(s.RunOut, description="with ?await: the run after the executor went idle on it"),
-        **errors(*BODY, 404, 409, 422, 503, **text),
+        **errors(*BODY, 404, 409, 422, 503, *codes, **text),
     }
 
 
@@ -107,15 +132,54 @@ def idempotency_key(request: Request) -> str | None:
     return key
 
 
+# RFC 9110 §8.8.3: an entity tag, optionally weak; its opaque part is any of these characters
+_ENTITY_TAG = re.compile(r'\s*(W/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*')
+
+
+def run_etag(run: dict[str, Any]) -> str:
+    """The run's ETag: its state version, strong. A strong tag, because If-Match compares
+    strongly (RFC 9110 §13.1.1: a weak tag never matches there) and conditioning a write on
+    the state is what it is for. It names the run's state, not the bytes of the answer (the
+    status or the waits can change within one state version), so the API answers no 304."""
+    return f'"{run["state_version"]}"'
+
+
+def if_match(request: Request) -> operations.ExpectedVersion:
+    """The state versions ``If-Match`` admits: None without the header or with ``*`` (any
+    current run); weak or non-numeric tags never match (an empty set: 412). A header that is
+    no list of entity tags is 400 INVALID_PAYLOAD, the value not repeated."""
+    header = request.headers.get("If-Match")
+    if header is None or header.strip() == "*":
+        return None
+    versions: set[int] = set()
+    for item in header.split(","):
+        tag = _ENTITY_TAG.fullmatch(item)
+        if tag is None:
+            message = 'a list of entity tags ("<state_version>") or *'
+            raise InvalidPayload(
+                "the If-Match header is not a list of entity tags",
+                violations=[Violation(pointer="", type="header", message=message)],
+            )
+        weak, opaque = tag.groups()
+        if not weak and opaque.isdigit() and opaque.isascii():
+            versions.add(int(opaque))
+    return versions
+
+
 def await_seconds(request: Request) -> float | None:
     """Validated before anything is recorded: a bad ``await`` must not leave a command behind."""
     return valid(s.AwaitQuery, request.query_params).get("await_")
 
 
+def awaited(run_id: str, wait: float) -> Response:
+    """``?await``: 200 with the run once the executor went idle on it (or the wait ran out)."""
+    operations.await_idle(min(wait, WAIT_CAP_SECONDS), run_id=run_id)
+    return Response(s.RunOut(queries.query(run_id=run_id)).data)
+
+
 def recorded(recording: operations.Recorded, wait: float | None, *, location: bool = False) -> Response:
     if wait is not None:
-        operations.await_idle(min(wait, WAIT_CAP_SECONDS), run_id=recording.run_id)
-        return Response(s.RunOut(queries.query(run_id=recording.run_id)).data)
+        return awaited(recording.run_id, wait)
     headers = {"Location": reverse("api:run", args=[recording.run_id])} if location else None
     return Response(s.CommandOut(recording.as_dict()).data, status=status.HTTP_202_ACCEPTED, headers=headers)
 
@@ -172,9 +236,7 @@ class RunsView(ApiView):
             IDEMPOTENCY_KEY,
             AWAIT,
             RETRY_AFTER,
-            OpenApiParameter(
-                "Location", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[202], description="the run"
-            ),
+            RUN_LOCATION,
         ],
         responses=recorded_responses(
             e409="IDEMPOTENCY_CONFLICT, DEPRECATED, INVALID_TRANSITION (retired)",
@@ -205,11 +267,12 @@ class RunView(ApiView):
         operation_id="runs_retrieve",
         tags=["runs"],
         summary="A run",
-        parameters=[RUN_ID],
+        parameters=[RUN_ID, ETAG],
         responses={200: s.RunOut, **errors(404, e404="INSTANCE_NOT_FOUND")},
     )
     def get(self, request: Request, id: str) -> Response:
-        return Response(s.RunOut(queries.query(run_id=run_id_of(id))).data)
+        run = queries.query(run_id=run_id_of(id))
+        return Response(s.RunOut(run).data, headers={"ETag": run_etag(run)})
 
 
 class RunHistoryView(ApiView):
@@ -242,15 +305,18 @@ class RunSignalView(ApiView):
         tags=["runs"],
         summary="Send a signal to a run",
         request=s.SignalInput,
-        parameters=[RUN_ID, IDEMPOTENCY_KEY, AWAIT, RETRY_AFTER],
+        parameters=[RUN_ID, IDEMPOTENCY_KEY, IF_MATCH, AWAIT, RETRY_AFTER],
         responses=recorded_responses(
+            412,
             e404="INSTANCE_NOT_FOUND",
             e409="SIGNAL_REJECTED (ended run, undeclared name), IDEMPOTENCY_CONFLICT",
+            e412=E412,
             e429="SIGNAL_LIMIT: too many open signals for this run, or THROTTLED",
         ),
     )
     def post(self, request: Request, id: str) -> Response:
         key = idempotency_key(request)
+        expected = if_match(request)
         run_id = run_id_of(id)
         wait = await_seconds(request)
         body = valid(s.SignalInput, request.data)
@@ -261,6 +327,7 @@ class RunSignalView(ApiView):
             branch=body.get("branch") or None,
             idempotency_key=key,
             actor=request.user,
+            expected_state_version=expected,
         )
         return recorded(recording, wait)
 
@@ -273,16 +340,28 @@ class RunCancelView(ApiView):
         tags=["runs"],
         summary="Cancel a run (synchronously)",
         request=s.CancelInput,
-        parameters=[RUN_ID, RETRY_AFTER],
+        parameters=[RUN_ID, IF_MATCH, RETRY_AFTER],
         responses={
             200: OpenApiResponse(s.RunOut, description="the cancelled run"),
-            **errors(*BODY, 404, 409, 503, e404="INSTANCE_NOT_FOUND", e409="SIGNAL_REJECTED: already ended"),
+            **errors(
+                *BODY,
+                404,
+                409,
+                412,
+                503,
+                e404="INSTANCE_NOT_FOUND",
+                e409="SIGNAL_REJECTED: already ended",
+                e412=E412,
+            ),
         },
     )
     def post(self, request: Request, id: str) -> Response:
+        expected = if_match(request)
         run_id = run_id_of(id)
         body = valid(s.CancelInput, request.data)
-        operations.cancel(run_id=run_id, reason=body.get("reason") or "", actor=request.user)
+        operations.cancel(
+            run_id=run_id, reason=body.get("reason") or "", actor=request.user, expected_state_version=expected
+        )
         return Response(s.RunOut(queries.query(run_id=run_id)).data)
 
 
@@ -294,13 +373,16 @@ class RunRetryView(ApiView):
         tags=["runs"],
         summary="Retry a failed run or its dead-lettered commands",
         request=None,
-        parameters=[RUN_ID, AWAIT, RETRY_AFTER],
-        responses=recorded_responses(e404="INSTANCE_NOT_FOUND", e409="SIGNAL_REJECTED: ended, or nothing to retry"),
+        parameters=[RUN_ID, IF_MATCH, AWAIT, RETRY_AFTER],
+        responses=recorded_responses(
+            412, e404="INSTANCE_NOT_FOUND", e409="SIGNAL_REJECTED: ended, or nothing to retry", e412=E412
+        ),
     )
     def post(self, request: Request, id: str) -> Response:
+        expected = if_match(request)
         run_id = run_id_of(id)
         wait = await_seconds(request)
-        return recorded(operations.retry(run_id=run_id, actor=request.user), wait)
+        return recorded(operations.retry(run_id=run_id, actor=request.user, expected_state_version=expected), wait)
 
 
 class RunMigrateView(ApiView):
@@ -311,13 +393,16 @@ class RunMigrateView(ApiView):
         tags=["runs"],
         summary="Migrate a run to another revision",
         request=s.MigrateInput,
-        parameters=[RUN_ID, AWAIT, RETRY_AFTER],
+        parameters=[RUN_ID, IF_MATCH, AWAIT, RETRY_AFTER],
         responses=recorded_responses(
+            412,
             e404="INSTANCE_NOT_FOUND",
             e409="MIGRATION_ILLEGAL_STATE: ended, scope not admitted, another migration pending",
+            e412=E412,
         ),
     )
     def post(self, request: Request, id: str) -> Response:
+        expected = if_match(request)
         run_id = run_id_of(id)
         wait = await_seconds(request)
         body = valid(s.MigrateInput, request.data)
@@ -328,8 +413,124 @@ class RunMigrateView(ApiView):
             target_step=body.get("target_step"),
             action=body["action"],
             actor=request.user,
+            expected_state_version=expected,
         )
         return recorded(recording, wait)
+
+
+# --- signals by business key -------------------------------------------------------------------
+
+KEYED_WAIT = OpenApiResponse(s.RunOut, description="with ?await: the run after the executor went idle on it")
+
+
+def keyed(answer: operations.KeyedSignal, wait: float | None) -> Response:
+    """202 with the keyed answer and the run's Location (or, with ?await, 200 with the run)."""
+    if wait is not None:
+        return awaited(answer.run_id, wait)
+    headers = {"Location": reverse("api:run", args=[answer.run_id])}
+    return Response(s.KeyedSignalOut(answer.as_dict()).data, status=status.HTTP_202_ACCEPTED, headers=headers)
+
+
+class SignalByKeyView(ApiView):
+    write_permission = permissions.CanSignalRuns
+
+    @extend_schema(
+        operation_id="runs_signal_by_key",
+        tags=["runs"],
+        summary="Send a signal to the open run with a business key",
+        description="Addresses the one run of `definition_id` started in `scope` (default `default`) with "
+        "`business_key` that has not ended. Keys are not unique among runs: two open runs with the key are "
+        "refused (409 BUSINESS_KEY_AMBIGUOUS); address the run by its id then.",
+        request=s.SignalByKeyInput,
+        parameters=[IDEMPOTENCY_KEY, AWAIT, RETRY_AFTER, RUN_LOCATION],
+        responses={
+            202: OpenApiResponse(s.KeyedSignalOut, description="the signal was recorded (started is false)"),
+            200: KEYED_WAIT,
+            **errors(
+                *BODY,
+                404,
+                409,
+                422,
+                503,
+                e404="INSTANCE_NOT_FOUND: no open run has the business key",
+                e409="BUSINESS_KEY_AMBIGUOUS, SIGNAL_REJECTED (undeclared name), IDEMPOTENCY_CONFLICT",
+                e429="SIGNAL_LIMIT: too many open signals for this run, or THROTTLED",
+            ),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        key = idempotency_key(request)
+        wait = await_seconds(request)
+        body = valid(s.SignalByKeyInput, request.data)
+        answer = operations.signal_by_key(
+            definition_id=body["definition_id"],
+            scope=body.get("scope"),
+            business_key=body["business_key"],
+            name=body["name"],
+            payload=body.get("payload"),
+            branch=body.get("branch") or None,
+            idempotency_key=key,
+            actor=request.user,
+        )
+        return keyed(answer, wait)
+
+
+class SignalWithStartView(ApiView):
+    write_permission = permissions.CanSignalRuns
+
+    def get_permissions(self) -> list[BasePermission]:
+        # it may start a run and signals one: both capabilities, whatever the outcome
+        return [*super().get_permissions(), permissions.CanStartRuns()]
+
+    @extend_schema(
+        operation_id="runs_signal_with_start",
+        tags=["runs"],
+        summary="Signal the open run with a business key, starting it first when there is none",
+        description="One transaction: when a run of `definition_id` started in `scope` with `business_key` is "
+        "open, it is signalled; otherwise a run is started (`version`, `start_payload`, as `POST /api/v1/runs/`) "
+        "and signalled (the signal is queued behind its START). Concurrent calls for one key start one run. "
+        "A repeat with the same `Idempotency-Key` and body answers the first answer and starts nothing.",
+        request=s.SignalWithStartInput,
+        parameters=[
+            IDEMPOTENCY_KEY,
+            AWAIT,
+            RETRY_AFTER,
+            RUN_LOCATION,
+        ],
+        responses={
+            202: OpenApiResponse(s.KeyedSignalOut, description="recorded: started says whether a run was started"),
+            200: KEYED_WAIT,
+            **errors(
+                *BODY,
+                404,
+                409,
+                422,
+                503,
+                e404="DEFINITION_MISSING",
+                e409="BUSINESS_KEY_AMBIGUOUS, SIGNAL_REJECTED, IDEMPOTENCY_CONFLICT, DEPRECATED, "
+                "INVALID_TRANSITION (retired)",
+                e422="NO_CURRENT_VERSION, VERSION_NOT_RUNNABLE",
+                e429="SIGNAL_LIMIT: too many open signals for this run, or THROTTLED",
+            ),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        key = idempotency_key(request)
+        wait = await_seconds(request)
+        body = valid(s.SignalWithStartInput, request.data)
+        answer = operations.signal_with_start(
+            definition_id=body["definition_id"],
+            version=body.get("version"),
+            scope=body.get("scope"),
+            business_key=body["business_key"],
+            start_payload=body.get("start_payload"),
+            name=body["name"],
+            payload=body.get("payload"),
+            branch=body.get("branch") or None,
+            idempotency_key=key,
+            actor=request.user,
+        )
+        return keyed(answer, wait)
 
 
 # --- tasks -----------------------------------------------------------------------------------

@@ -75,6 +75,7 @@ from workflows.queries.runs import (
     waiting_callers,
 )
 from workflows.queries.tasks import (
+    all_tasks,
     assignee_names,
     can_act_on_task,
     decision_schemas_as_written,
@@ -87,6 +88,7 @@ __all__ = [
     "HISTORY_FILTERS",
     "HISTORY_PAGE",
     "RADAR_LIMIT",
+    "all_tasks",
     "assignee_names",
     "called_runs",
     "can_act_on_task",

@@ -4,7 +4,7 @@ value is read and what it selects, as django-filter FilterSets.
 A list answers what it was asked or says why not: a value that does not read (a status that
 does not exist, a version out of range, an instant without a date, a ``state`` that is not a
 JSON object) and a parameter the list does not know are ``400 INVALID_PAYLOAD`` with a
-violation at ``/query/<name>`` that never repeats the value. A misspelt filter would
+violation at ``/<name>`` (as the list filters always answered) that never repeats the value. A misspelt filter would
 otherwise be ignored and answer every run.
 
 ``state`` is JSON containment (``state @> {...}``) read with the exact-decimal JSON of
@@ -56,14 +56,14 @@ MESSAGES = {
 
 def refuse_unknown(request: Request, known: Iterable[str]) -> None:
     """400 for a query parameter the list does not take: each one named when it looks like a
-    parameter name (a misspelling to fix), otherwise not repeated (pointer ``/query``)."""
+    parameter name (a misspelling to fix), otherwise not repeated (pointer ``""``)."""
     unknown = sorted(set(request.query_params) - {*known, *PAGE_PARAMETERS})
     if unknown:
         raise InvalidPayload(
             "unknown query parameters",
             violations=[
                 Violation(
-                    pointer=f"/query/{name}" if PARAMETER_NAME.fullmatch(name) else "/query",
+                    pointer=f"/{name}" if PARAMETER_NAME.fullmatch(name) else "",
                     type="unknown",
                     message="not a parameter of this list",
                 )
@@ -167,7 +167,7 @@ class Search(df.FilterSet):
         if not found.is_valid():
             violations = [
                 Violation(
-                    pointer=f"/query/{name}",
+                    pointer=f"/{name}",
                     type=error.code or "invalid",
                     message=MESSAGES.get(error.code or "", "not a valid value"),
                 )

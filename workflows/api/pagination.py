@@ -5,7 +5,7 @@ definition and activation lists, which come from ``workflows.definitions`` as Py
 page by an opaque offset cursor with the same parameter names.
 
 ``page_size`` is 1 to ``MAX_PAGE_SIZE``; anything else is refused (400, pointer
-``/query/page_size``) rather than clamped or ignored, so a client never reads a shorter page
+``/page_size``) rather than clamped or ignored, so a client never reads a shorter page
 than it asked for without being told. The order of the runs list (``?ordering=``) is the
 cursor's: a keyset cursor can only page in the order it encodes, so ``RunCursor`` reads the
 allow-listed ordering itself (``workflows.api.filters`` validates the parameter).
@@ -39,7 +39,7 @@ def page_size(request: Request) -> int:
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 4 and 1 <= int(raw) <= MAX_PAGE_SIZE):
         message = f"must be an integer from 1 to {MAX_PAGE_SIZE}"
         raise InvalidPayload(
-            f"page_size {message}", violations=[Violation(pointer="/query/page_size", type="range", message=message)]
+            f"page_size {message}", violations=[Violation(pointer="/page_size", type="range", message=message)]
         )
     return int(raw)
 

@@ -323,18 +323,26 @@ class RunMigrateView(ApiView):
 
 
 class TasksView(ApiView):
+    pagination_class = pagination.TaskCursor
+
     @extend_schema(
         operation_id="tasks_list",
         tags=["tasks"],
         summary="My tasks (open ones unless ?status= says otherwise)",
         parameters=[*filters.parameters(filters.TaskSearch), *PAGE],
-        responses={200: s.TaskOut(many=True), **errors(404, e404="NOT_FOUND: an invalid cursor")},
+        responses={200: s.TaskOut(many=True), **errors(400, 404, e404="NOT_FOUND: an invalid cursor")},
     )
     def get(self, request: Request) -> Response:
-        return task_page(self, request, queries.tasks_for(request.user, include_closed=True))
+        return self.page(request, queries.tasks_for(request.user, include_closed=True))
+
+    def page(self, request: Request, tasks: Any) -> Response:
+        paginator = self.pagination_class()
+        found = filters.TaskSearch.search(request, tasks)
+        page = paginator.paginate_queryset(found, request, view=self) or []
+        return paginator.get_paginated_response(s.TaskOut([s.task_dict(t) for t in page], many=True).data)
 
 
-class AllTasksView(ApiView):
+class AllTasksView(TasksView):
     read_permission = permissions.requires(Capability.OPERATE)
 
     @extend_schema(
@@ -342,17 +350,10 @@ class AllTasksView(ApiView):
         tags=["tasks"],
         summary="Every task, whoever it is assigned to (operators; open ones unless ?status= says otherwise)",
         parameters=[*filters.parameters(filters.TaskSearch), *PAGE],
-        responses={200: s.TaskOut(many=True), **errors(404, e404="NOT_FOUND: an invalid cursor")},
+        responses={200: s.TaskOut(many=True), **errors(400, 404, e404="NOT_FOUND: an invalid cursor")},
     )
     def get(self, request: Request) -> Response:
-        return task_page(self, request, queries.all_tasks())
-
-
-def task_page(view: ApiView, request: Request, tasks: Any) -> Response:
-    paginator = pagination.TaskCursor()
-    found = filters.TaskSearch.search(request, tasks)
-    page = paginator.paginate_queryset(found, request, view=view) or []
-    return paginator.get_paginated_response(s.TaskOut([s.task_dict(t) for t in page], many=True).data)
+        return self.page(request, queries.all_tasks())
 
 
 class TaskView(ApiView):

@@ -75,11 +75,11 @@ def refuse_unknown(request: Request, known: Iterable[str]) -> None:
 # --- form fields ---------------------------------------------------------------------------------
 
 
-class JSONObjectField(forms.CharField):
+class JSONObjectField(forms.Field):
     """A JSON object, decimals exact (``jsonvalues.loads_input``)."""
 
     def to_python(self, value: Any) -> dict[str, Any] | None:
-        text = super().to_python(value)
+        text = str(value or "").strip()
         if not text:
             return None
         try:
@@ -91,11 +91,11 @@ class JSONObjectField(forms.CharField):
         return parsed
 
 
-class InstantField(forms.CharField):
+class InstantField(forms.Field):
     """An ISO 8601 date and time, aware (UTC when no offset is given)."""
 
     def to_python(self, value: Any) -> datetime.datetime | None:
-        text = super().to_python(value)
+        text = str(value or "").strip()
         if not text:
             return None
         try:

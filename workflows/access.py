@@ -121,6 +121,7 @@ ROUTES: dict[str, dict[str, Guard]] = {
     "api:run-retry": {"POST": Capability.RETRY},
     "api:run-migrate": {"POST": Capability.MIGRATE},
     "api:tasks": {"GET": ASSIGNMENT},
+    "api:tasks-all": {"GET": Capability.OPERATE},
     "api:task": {"GET": ASSIGNMENT},
     "api:task-complete": {"POST": ASSIGNMENT},
     "api:task-reassign": {"POST": ASSIGNMENT},

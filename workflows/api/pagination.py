@@ -3,6 +3,12 @@
 Runs, history and tasks page with DRF's cursor pagination (stable under inserts); the
 definition and activation lists, which come from ``workflows.definitions`` as Python lists,
 page by an opaque offset cursor with the same parameter names.
+
+``page_size`` is 1 to ``MAX_PAGE_SIZE``; anything else is refused (400, pointer
+``/page_size``) rather than clamped or ignored, so a client never reads a shorter page
+than it asked for without being told. The order of the runs list (``?ordering=``) is the
+cursor's: a keyset cursor can only page in the order it encodes, so ``RunCursor`` reads the
+allow-listed ordering itself (``workflows.api.filters`` validates the parameter).
 """
 
 from __future__ import annotations
@@ -18,8 +24,24 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
+from workflows.exceptions import InvalidPayload, Violation
+
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
+PAGE_PARAMETERS = ("cursor", "page_size")  # what every list accepts besides its filters
+
+
+def page_size(request: Request) -> int:
+    """The ``page_size`` asked for (default ``PAGE_SIZE``); out of range or not an integer: 400."""
+    raw = request.query_params.get("page_size")
+    if raw is None:
+        return PAGE_SIZE
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 4 and 1 <= int(raw) <= MAX_PAGE_SIZE):
+        message = f"must be an integer from 1 to {MAX_PAGE_SIZE}"
+        raise InvalidPayload(
+            f"page_size {message}", violations=[Violation(pointer="/page_size", type="range", message=message)]
+        )
+    return int(raw)
 
 
 class Cursor(CursorPagination):
@@ -27,8 +49,10 @@ class Cursor(CursorPagination):
 
     page_size = PAGE_SIZE
     page_size_query_param = "page_size"
-    max_page_size = MAX_PAGE_SIZE
     position_kind = "datetime"
+
+    def get_page_size(self, request: Request) -> int:
+        return page_size(request)
 
     def decode_cursor(self, request: Request) -> Any:
         cursor = super().decode_cursor(request)
@@ -44,6 +68,17 @@ class Cursor(CursorPagination):
 
 class RunCursor(Cursor):
     ordering = ("-created_at", "-id")
+    # ?ordering= -> the cursor's order (datetime columns that are never null: the cursor's
+    # position is the first column's value; the id breaks ties)
+    orderings = {
+        "-created_at": ("-created_at", "-id"),
+        "created_at": ("created_at", "id"),
+        "-updated_at": ("-updated_at", "-id"),
+        "updated_at": ("updated_at", "id"),
+    }
+
+    def get_ordering(self, request: Request, queryset: Any, view: Any) -> tuple[str, ...]:
+        return self.orderings.get(request.query_params.get("ordering", ""), self.ordering)
 
 
 class TaskCursor(Cursor):
@@ -64,10 +99,7 @@ class ListCursor(BasePagination):
     def paginate_list(self, items: list[Any], request: Request) -> list[Any]:
         self.request = request
         self.count = len(items)
-        self.size = PAGE_SIZE
-        raw_size = request.query_params.get(self.page_size_query_param)
-        if raw_size is not None and raw_size.isdigit() and int(raw_size) > 0:
-            self.size = min(int(raw_size), MAX_PAGE_SIZE)
+        self.size = page_size(request)
         self.offset = self._offset(request.query_params.get(self.cursor_query_param))
         return items[self.offset : self.offset + self.size]
 

@@ -144,21 +144,6 @@ class AwaitQuery(serializers.Serializer):
             raise serializers.ValidationError(detail) from None
 
 
-class RunFilters(serializers.Serializer):
-    status = serializers.MultipleChoiceField(
-        choices=RunStatus.choices, required=False, help_text="one or more run statuses (repeat the parameter)"
-    )
-    definition_id = _name(required=False)
-    version = serializers.IntegerField(min_value=1, max_value=2_147_483_647, required=False)
-    scope = _name(required=False)
-    step = _name(required=False, help_text="the run's current step")
-    business_key = _name(required=False)
-    subject_type = serializers.CharField(max_length=64, required=False)
-    subject_id = _name(required=False)
-    created_after = serializers.DateTimeField(required=False)
-    created_before = serializers.DateTimeField(required=False)
-
-
 class DefinitionFilters(serializers.Serializer):
     scope = _name(required=False)
     definition_id = _name(required=False)

@@ -1,7 +1,7 @@
 """URLs of the API: ``/api/v1/`` (DESIGN.md §5), the OpenAPI schema at ``/api/schema/`` and
 Swagger UI at ``/api/docs/`` (assets from drf-spectacular-sidecar, no CDN).
 
-Included once from ``config/urls.py`` under ``api/``. A path under ``v1/`` that matches no
+Included once from ``config/urls.py`` under ``api/``. A path under ``api/`` that matches no
 endpoint answers a problem+json 404 rather than Django's HTML page.
 """
 
@@ -25,6 +25,7 @@ v1: list[URLPattern | URLResolver] = [
     path("runs/<str:id>/retry/", views.RunRetryView.as_view(), name="run-retry"),
     path("runs/<str:id>/migrate/", views.RunMigrateView.as_view(), name="run-migrate"),
     path("tasks/", views.TasksView.as_view(), name="tasks"),
+    path("tasks/all/", views.AllTasksView.as_view(), name="tasks-all"),
     path("tasks/<str:id>/", views.TaskView.as_view(), name="task"),
     path("tasks/<str:id>/complete/", views.TaskCompleteView.as_view(), name="task-complete"),
     path("tasks/<str:id>/reassign/", views.TaskReassignView.as_view(), name="task-reassign"),
@@ -60,4 +61,5 @@ urlpatterns = [
     path("v1/", include(v1)),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    re_path(r"^[\s\S]*$", views.not_found),  # any other path under /api/ (v2/, a typo)
 ]

@@ -30,7 +30,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from workflows import definitions, operations, queries
-from workflows.api import pagination, parsers, permissions
+from workflows.access import Capability
+from workflows.api import filters, pagination, parsers, permissions
 from workflows.api import serializers as s
 from workflows.api.base import BODY, PAGE, ApiView, errors, valid
 from workflows.api.errors import PROBLEM_CONTENT_TYPE, problem
@@ -186,7 +187,7 @@ def recorded(recording: operations.Recorded, wait: float | None, *, location: bo
 
 @csrf_exempt  # nothing to protect, and a CSRF refusal would be Django's HTML page
 def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-    """Anything under /api/v1/ that matches no endpoint (paths end with '/')."""
+    """Anything under /api/ that matches no endpoint (paths end with '/')."""
     body = problem(404, "NOT_FOUND", "Not found", "no such endpoint (API paths end with '/')").data
     return JsonResponse(body, status=404, content_type=PROBLEM_CONTENT_TYPE)
 
@@ -203,26 +204,11 @@ class RunsView(ApiView):
         operation_id="runs_list",
         tags=["runs"],
         summary="List runs",
-        parameters=[s.RunFilters, *PAGE],
+        parameters=[*filters.parameters(filters.RunSearch), *PAGE],
         responses={200: s.RunOut(many=True), **errors(400, 404, e404="NOT_FOUND: an invalid cursor")},
     )
     def get(self, request: Request) -> Response:
-        filters = valid(s.RunFilters, request.query_params)
-        runs = queries.runs()
-        lookups = {
-            "definition_id": "definition_id",
-            "version": "version",
-            "scope": "scope",
-            "step": "current_step",
-            "business_key": "business_key",
-            "subject_type": "subject_type",
-            "subject_id": "subject_id",
-            "created_after": "created_at__gte",
-            "created_before": "created_at__lt",
-        }
-        runs = runs.filter(**{lookups[k]: v for k, v in filters.items() if k in lookups})
-        if filters.get("status"):
-            runs = runs.filter(status__in=sorted(filters["status"]))
+        runs = filters.RunSearch.search(request, queries.runs())
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(runs, request, view=self) or []
         return paginator.get_paginated_response(s.RunOut([queries.run_dict(r) for r in page], many=True).data)
@@ -290,6 +276,7 @@ class RunHistoryView(ApiView):
         },
     )
     def get(self, request: Request, id: str) -> Response:
+        filters.refuse_unknown(request, ())
         run_id = run_id_of(id)
         queries.query(run_id=run_id)  # INSTANCE_NOT_FOUND before an empty page
         paginator = self.pagination_class()
@@ -542,14 +529,32 @@ class TasksView(ApiView):
     @extend_schema(
         operation_id="tasks_list",
         tags=["tasks"],
-        summary="My open tasks",
-        parameters=PAGE,
-        responses={200: s.TaskOut(many=True), **errors(404, e404="NOT_FOUND: an invalid cursor")},
+        summary="My tasks (open ones unless ?status= says otherwise)",
+        parameters=[*filters.parameters(filters.TaskSearch), *PAGE],
+        responses={200: s.TaskOut(many=True), **errors(400, 404, e404="NOT_FOUND: an invalid cursor")},
     )
     def get(self, request: Request) -> Response:
+        return self.page(request, queries.tasks_for(request.user, include_closed=True))
+
+    def page(self, request: Request, tasks: Any) -> Response:
         paginator = self.pagination_class()
-        page = paginator.paginate_queryset(queries.tasks_for(request.user), request, view=self) or []
+        found = filters.TaskSearch.search(request, tasks)
+        page = paginator.paginate_queryset(found, request, view=self) or []
         return paginator.get_paginated_response(s.TaskOut([s.task_dict(t) for t in page], many=True).data)
+
+
+class AllTasksView(TasksView):
+    read_permission = permissions.requires(Capability.OPERATE)
+
+    @extend_schema(
+        operation_id="tasks_all",
+        tags=["tasks"],
+        summary="Every task, whoever it is assigned to (operators; open ones unless ?status= says otherwise)",
+        parameters=[*filters.parameters(filters.TaskSearch), *PAGE],
+        responses={200: s.TaskOut(many=True), **errors(400, 404, e404="NOT_FOUND: an invalid cursor")},
+    )
+    def get(self, request: Request) -> Response:
+        return self.page(request, queries.all_tasks())
 
 
 class TaskView(ApiView):
@@ -644,8 +649,8 @@ class DefinitionsView(ApiView):
         responses={200: s.DefinitionOut(many=True), **errors(400, 404, e404="NOT_FOUND: invalid cursor")},
     )
     def get(self, request: Request) -> Response:
-        filters = valid(s.DefinitionFilters, request.query_params)
-        records = definitions.list(**filters)
+        filters.refuse_unknown(request, s.DefinitionFilters().fields)
+        records = definitions.list(**valid(s.DefinitionFilters, request.query_params))
         paginator = self.pagination_class()
         page = paginator.paginate_list(records, request)
         return paginator.get_paginated_response(s.DefinitionOut([definition_dict(r) for r in page], many=True).data)
@@ -758,8 +763,8 @@ class ActivationsView(ApiView):
         responses={200: s.ActivationOut(many=True), **errors(400, 404, e404="NOT_FOUND: invalid cursor")},
     )
     def get(self, request: Request) -> Response:
-        filters = valid(s.ActivationFilters, request.query_params)
-        records = definitions.activations(scope=filters.get("scope"))
+        filters.refuse_unknown(request, s.ActivationFilters().fields)
+        records = definitions.activations(scope=valid(s.ActivationFilters, request.query_params).get("scope"))
         paginator = self.pagination_class()
         page = paginator.paginate_list(records, request)
         return paginator.get_paginated_response(s.ActivationOut([r.as_dict() for r in page], many=True).data)

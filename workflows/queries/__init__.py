@@ -76,6 +76,7 @@ from workflows.queries.runs import (
 )
 from workflows.queries.tasks import (
     InboxFilters,
+    all_tasks,
     assignee_names,
     can_act_on_task,
     completed_by,
@@ -93,6 +94,7 @@ __all__ = [
     "HISTORY_PAGE",
     "RADAR_LIMIT",
     "InboxFilters",
+    "all_tasks",
     "assignee_names",
     "called_runs",
     "can_act_on_task",

@@ -86,6 +86,11 @@ def completed_by(user: Any) -> QuerySet[Task]:
     )
 
 
+def all_tasks() -> QuerySet[Task]:
+    """Every task, whoever it is assigned to (the operators' list; callers check the capability)."""
+    return Task.objects.select_related("run")
+
+
 def can_act_on_task(user: Any, task: Task) -> bool:
     if not getattr(user, "is_authenticated", False):
         return False

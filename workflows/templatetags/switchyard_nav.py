@@ -1,0 +1,71 @@
+"""The main navigation of ``switchyard/base.html``: one link per page the user may open.
+
+A link to a page that answers the user a bare 403 is a dead end (issue #30): each entry names
+the capability its page asks (``workflows.access``, the same one its view's ``page_requires``
+checks), and a link the host did not mount (its URL name does not reverse) is left out too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django import template
+from django.urls import NoReverseMatch, reverse
+
+from workflows import access
+from workflows.access import Capability
+
+register = template.Library()
+
+SIGNED_IN = "signed in"  # any active signed-in user (the inbox lists the tasks assigned to them)
+STAFF = "staff"  # is_staff opens the Django admin site
+
+
+@dataclass(frozen=True)
+class Entry:
+    label: str
+    url_name: str
+    needs: Capability | str
+    namespace: str  # the page is current while the request's view is in this namespace
+
+
+ENTRIES = (
+    Entry("Inbox", "workflows:inbox", SIGNED_IN, "workflows"),
+    Entry("Runs", "workflows:runs:list", Capability.VIEW_RUNS, "workflows:runs"),
+    Entry("Ops", "ops:dashboard", Capability.OPERATE, "ops"),
+    Entry("Designer", "designer:list", Capability.VIEW_DEFINITIONS, "designer"),
+    Entry("Admin", "admin:index", STAFF, "admin"),
+)
+
+
+def may_open(user: Any, needs: Capability | str) -> bool:
+    if not access.is_active_user(user):
+        return False
+    if needs == SIGNED_IN:
+        return True
+    if needs == STAFF:
+        return bool(getattr(user, "is_staff", False))
+    return access.has(user, Capability(needs))
+
+
+def _url(name: str) -> str | None:
+    try:
+        return reverse(name)
+    except NoReverseMatch:
+        return None
+
+
+@register.simple_tag(takes_context=True)
+def navigation(context: Any) -> list[dict[str, Any]]:
+    """The links the signed-in user may follow: ``label``, ``href`` and ``current``."""
+    request = context.get("request")
+    user = context.get("user") or getattr(request, "user", None)
+    match = getattr(request, "resolver_match", None)
+    namespace = getattr(match, "namespace", None)
+    links = []
+    for entry in ENTRIES:
+        href = _url(entry.url_name) if may_open(user, entry.needs) else None
+        if href is not None:
+            links.append({"label": entry.label, "href": href, "current": namespace == entry.namespace})
+    return links

@@ -59,7 +59,15 @@ def nav_links(html: str) -> list[str]:
         (("capture.reconcile_capture",), {}, ["Inbox", "Ops"]),
         (("workflows.view_definitionversion",), {}, ["Inbox", "Designer"]),
         ((), {"is_staff": True}, ["Inbox", "Admin"]),  # staff opens the admin, nothing more
-        ((), {"is_superuser": True, "is_staff": True}, ["Inbox", "Runs", "Ops", "Designer", "Admin"]),
+        (("workflows.migrate_runs",), {}, ["Inbox"]),  # the dialog's links are in the admin
+        (("workflows.migrate_runs",), {"is_staff": True}, ["Inbox", "Admin"]),  # cannot read the list
+        (
+            ("workflows.migrate_runs", "workflows.view_definitionversion"),
+            {"is_staff": True},
+            ["Inbox", "Designer", "Migrate", "Admin"],
+        ),
+        (("workflows.change_definitionversion",), {"is_staff": True}, ["Inbox", "Designer", "Migrate", "Admin"]),
+        ((), {"is_superuser": True, "is_staff": True}, ["Inbox", "Runs", "Ops", "Designer", "Migrate", "Admin"]),
     ],
 )
 def test_each_link_shows_only_to_users_who_may_open_its_page(

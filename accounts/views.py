@@ -1,4 +1,5 @@
-"""Sign-in pages: the approvers' and the admin's, both behind the sign-in throttle.
+"""Sign-in pages: the approvers' and the admin's, both behind the sign-in throttle; and the
+signed-out page that signing out lands on (``LOGOUT_REDIRECT_URL``, also the admin's).
 
 A locked sign-in answers 429 with the form and the lock message (nothing else changes)."""
 
@@ -9,6 +10,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse
+from django.views.generic import TemplateView
 
 from accounts.forms import ThrottledAuthenticationForm
 
@@ -33,3 +35,10 @@ def admin_sign_in(request: HttpRequest) -> HttpResponse:
     if getattr(form, "throttled", False):
         response.status_code = TOO_MANY_REQUESTS
     return response
+
+
+class SignedOutView(TemplateView):
+    """Says the user signed out and links the approvers' sign-in (``login``), which lets in
+    anyone active; the admin's own "Log in again" refuses everyone who is not staff."""
+
+    template_name = "accounts/signed_out.html"

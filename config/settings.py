@@ -179,6 +179,7 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/tasks/"
+LOGOUT_REDIRECT_URL = "signed_out"  # accounts.views.SignedOutView, for the admin's sign-out too
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

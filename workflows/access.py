@@ -109,6 +109,7 @@ ROUTES: dict[str, dict[str, Guard]] = {
     "healthz": {"GET": PUBLIC},
     "login": {"GET": PUBLIC, "POST": PUBLIC},
     "logout": {"POST": PUBLIC},
+    "signed_out": {"GET": PUBLIC},
     "api:schema": {"GET": PUBLIC},
     "api:docs": {"GET": PUBLIC},
     "ops:metrics": {"GET": TOKEN},

@@ -6,6 +6,7 @@ runs, and the read-only page of one of them), with the executor drained in-proce
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,8 @@ from workflows.engine import executor
 from workflows.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+DEMO = Path(__file__).resolve().parents[2] / "demo" / "workflows" / "purchase-approval.yaml"
 
 DESCRIBED = documents.APPROVAL.replace(
     "definitionVersion: 1\n", "definitionVersion: 1\ndescription: Ask for a purchase to be approved.\n", 1
@@ -123,6 +126,13 @@ def test_an_operator_goes_to_the_run_viewer_after_starting(demo_users: dict[str,
         "/requests/new/approval/", {"idempotency_key": key, "payload/number": "A", "payload/total": "1"}
     )
     assert answer.headers["Location"] == f"/runs/{Run.objects.get().id}/"
+
+
+def test_the_fields_keep_the_order_the_document_wrote(demo_users: dict[str, Any]) -> None:
+    deploy(DEMO.read_text())  # its start schema is the contract's, written number, total, requester
+    html = _client(demo_users["requester"]).get("/requests/new/purchase-approval/").content.decode()
+    names = re.findall(r'name="payload/([a-z]+)"', html)
+    assert names == ["number", "total", "requester", "description"]
 
 
 def test_a_business_key_is_asked_when_the_definition_computes_one(demo_users: dict[str, Any]) -> None:

@@ -288,7 +288,8 @@ class Startable:
     version: int
     title: str
     description: str
-    start_schema: Any  # as the definition wrote it (key order kept), for the form; None: no payload
+    start_schema: Any  # JSON Schema of the start payload (None: no payload)
+    written_schema: Any  # the same as the document wrote it (key order kept), for the form's layout
     uses_business_key: bool  # its record trigger computes one, so a manual start asks for it too
 
 
@@ -319,7 +320,21 @@ def startable_definitions(*, definition_id: str | None = None) -> list[Startable
             data = documents.parse(row.text, row.format).data if row.kind == "DOCUMENT" else {}
         except WorkflowError:
             continue
-        description = data.get("description") if isinstance(data, dict) else None
+        data = data if isinstance(data, dict) else {}
+        description = data.get("description")
+        contract = data.get("contract") if isinstance(data.get("contract"), dict) else {}
+        written = next(
+            (
+                schema
+                for schema in (
+                    data.get("startPayloadSchema"),
+                    data.get("startPayloadType"),
+                    contract.get("startSchema"),
+                )
+                if isinstance(schema, dict)
+            ),
+            None,
+        )
         found.append(
             Startable(
                 definition_id=row.definition_id,
@@ -327,6 +342,7 @@ def startable_definitions(*, definition_id: str | None = None) -> list[Startable
                 title=row.definition_id.replace("-", " ").replace("_", " ").capitalize(),
                 description=description if isinstance(description, str) else "",
                 start_schema=plan.start_schema,
+                written_schema=written,
                 uses_business_key=plan.trigger is not None and plan.trigger.business_key is not None,
             )
         )

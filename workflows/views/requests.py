@@ -68,14 +68,16 @@ def start_form(request: HttpRequest, definition_id: str) -> HttpResponse:
         raise Http404("no such workflow to start")
     definition = found[0]
     if request.method == "GET":
-        return _render_form(request, definition, forms.build(FORM_ID, definition.start_schema))
+        return _render_form(
+            request, definition, forms.build(FORM_ID, definition.start_schema, order=definition.written_schema)
+        )
     return _start(request, definition)
 
 
 def _start(request: HttpRequest, definition: queries.Startable) -> HttpResponse:
     key = str(request.POST.get("idempotency_key", ""))[:255] or None
     business_key = str(request.POST.get("business_key", "")).strip() if definition.uses_business_key else ""
-    form = forms.build(FORM_ID, definition.start_schema)
+    form = forms.build(FORM_ID, definition.start_schema, order=definition.written_schema)
     payload = forms.parse(form, request.POST)
     if len(business_key) > BUSINESS_KEY_LIMIT:
         form.errors.append(f"Use at most {BUSINESS_KEY_LIMIT} characters for the business key.")

@@ -221,3 +221,42 @@ def test_the_starter_reads_their_own_run_and_nobody_elses(demo_users: dict[str, 
     operator = get_user_model().objects.create_user("operator", password="x")
     operator.user_permissions.add(Permission.objects.get(codename="view_run"))
     assert _client(operator).get(f"/requests/{mine}/").status_code == 404
+
+
+RECORDED = (
+    KEYED.replace("keyed", "recorded")
+    .replace(
+        "initialStep: done",
+        'initialState: payload\nsubject: \'{"type": "demo.purchaseorder", "id": string(state.id)}\'\ninitialStep: review',
+    )
+    .replace(
+        "  - {id: done, type: complete}",
+        "  - id: review\n    type: human-task\n    title: Review\n    assignment: {mode: group, value: approvers}\n"
+        "    decisions: [{name: approve, next: done}]\n  - {id: done, type: complete}",
+    )
+)
+
+
+def test_a_run_links_to_its_record_and_the_record_and_its_captures_to_their_runs(demo_users: dict[str, Any]) -> None:
+    from capture.models import Capture
+    from demo.models import PurchaseOrder
+
+    deploy(RECORDED)
+    order = PurchaseOrder.objects.create(number="PO-77", requester="robin", total=5)
+    run_id = operations.start(
+        definition_id="recorded", payload={"id": order.pk, "number": "PO-77", "total": 5}, actor=demo_users["requester"]
+    ).run_id
+    executor.drain(budget_seconds=10)
+    capture = Capture.objects.create(
+        model="demo.purchaseorder", object_pk=str(order.pk), event="created", runs_started=[str(run_id)]
+    )
+    record_url = f"/admin/demo/purchaseorder/{order.pk}/change/"
+    admin = _client(demo_users["admin"])
+
+    assert f'href="{record_url}"' in admin.get(f"/runs/{run_id}/").content.decode()
+    record_page = admin.get(record_url).content.decode()
+    assert f'href="/runs/{run_id}/"' in record_page and "recorded (waiting)" in record_page
+    assert f'href="/runs/{run_id}/"' in admin.get(f"/admin/capture/capture/{capture.pk}/change/").content.decode()
+    # the requester is no admin user: their page names the record without a link they could not open
+    html = _client(demo_users["requester"]).get(f"/requests/{run_id}/").content.decode()
+    assert f"demo.purchaseorder {order.pk}" in html and f'href="{record_url}"' not in html

@@ -223,18 +223,25 @@ def test_the_starter_reads_their_own_run_and_nobody_elses(demo_users: dict[str, 
     assert _client(operator).get(f"/requests/{mine}/").status_code == 404
 
 
-RECORDED = (
-    KEYED.replace("keyed", "recorded")
-    .replace(
-        "initialStep: done",
-        'initialState: payload\nsubject: \'{"type": "demo.purchaseorder", "id": string(state.id)}\'\ninitialStep: review',
-    )
-    .replace(
-        "  - {id: done, type: complete}",
-        "  - id: review\n    type: human-task\n    title: Review\n    assignment: {mode: group, value: approvers}\n"
-        "    decisions: [{name: approve, next: done}]\n  - {id: done, type: complete}",
-    )
-)
+RECORDED = """
+definitionId: recorded
+definitionVersion: 1
+contract: {name: recorded.v1, signals: {}}
+stateSchema: {type: object}
+startPayloadSchema:
+  type: object
+  properties: {id: {type: integer}, number: {type: string}, total: {type: number}}
+initialState: payload
+subject: '{"type": "demo.purchaseorder", "id": string(state.id)}'
+initialStep: review
+steps:
+  - id: review
+    type: human-task
+    title: Review
+    assignment: {mode: group, value: approvers}
+    decisions: [{name: approve, next: done}]
+  - {id: done, type: complete}
+"""
 
 
 def test_a_run_links_to_its_record_and_the_record_and_its_captures_to_their_runs(demo_users: dict[str, Any]) -> None:

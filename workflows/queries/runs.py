@@ -317,24 +317,12 @@ def startable_definitions(*, definition_id: str | None = None) -> list[Startable
             plan = cache.get_plan(
                 scope=row.scope, definition_id=row.definition_id, version=row.version, expected_hash=row.plan_hash
             )
-            data = documents.parse(row.text, row.format).data if row.kind == "DOCUMENT" else {}
+            data: dict[str, Any] = documents.parse(row.text, row.format).data if row.kind == "DOCUMENT" else {}
         except WorkflowError:
             continue
-        data = data if isinstance(data, dict) else {}
         description = data.get("description")
-        contract = data.get("contract") if isinstance(data.get("contract"), dict) else {}
-        written = next(
-            (
-                schema
-                for schema in (
-                    data.get("startPayloadSchema"),
-                    data.get("startPayloadType"),
-                    contract.get("startSchema"),
-                )
-                if isinstance(schema, dict)
-            ),
-            None,
-        )
+        contract = data.get("contract")
+        written = [data.get("startPayloadSchema"), contract.get("startSchema") if isinstance(contract, dict) else None]
         found.append(
             Startable(
                 definition_id=row.definition_id,
@@ -342,7 +330,7 @@ def startable_definitions(*, definition_id: str | None = None) -> list[Startable
                 title=row.definition_id.replace("-", " ").replace("_", " ").capitalize(),
                 description=description if isinstance(description, str) else "",
                 start_schema=plan.start_schema,
-                written_schema=written,
+                written_schema=next((w for w in written if isinstance(w, dict)), None),
                 uses_business_key=plan.trigger is not None and plan.trigger.business_key is not None,
             )
         )

@@ -18,17 +18,17 @@ from django.contrib import admin, messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_protect
 
 from capture import reconcile as reconciling
 from capture.models import UNRESOLVED, Capture, CaptureStatus
-from workflows import access
+from workflows import access, queries
 from workflows.exceptions import WorkflowError
 
 PAGE_SIZE = 50
@@ -76,6 +76,45 @@ def record_link(capture: Capture) -> str:
     return format_html('<a href="{}">{}</a>', url, label)
 
 
+def run_links(runs: list[Any]) -> str:
+    """The runs as "workflow (status)" links to the run viewer, which asks for the view runs
+    capability itself (``—`` when there are none)."""
+    if not runs:
+        return "—"
+    return format_html_join(
+        ", ",
+        '<a href="{}">{} ({})</a>',
+        ((reverse("workflows:runs:detail", args=[r.id]), r.definition_id, r.status.lower()) for r in runs),
+    )
+
+
+class RecordRunsMixin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """For a host's ``ModelAdmin`` of a captured model: the record's change page lists its
+    workflow runs (those its captures started and those whose subject is the record),
+    newest first, each linked to the run viewer. ``class OrderAdmin(RecordRunsMixin, admin.ModelAdmin)``."""
+
+    RUNS_SHOWN = 50
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = tuple(super().get_readonly_fields(request, obj))
+        return (*fields, "workflow_runs") if obj is not None else fields
+
+    @admin.display(description="workflow runs")
+    def workflow_runs(self, obj: Any) -> str:
+        label, pk = obj._meta.label_lower, str(obj.pk)
+        started = [
+            str(run_id)
+            for ids in Capture.objects.filter(model=label, object_pk=pk).values_list("runs_started", flat=True)
+            for run_id in ids or []
+        ]
+        runs = list(
+            queries.runs()
+            .filter(Q(id__in=started) | Q(subject_type=label, subject_id=pk))
+            .order_by("-created_at")[: self.RUNS_SHOWN]
+        )
+        return run_links(runs)
+
+
 def administrators_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """Signed out: the admin login. Signed in without the right: 403 (not a login page)."""
 
@@ -97,7 +136,7 @@ class CaptureAdmin(admin.ModelAdmin):
     search_fields = ("=object_pk", "model", "actor_name", "last_error")
     ordering = ("-id",)
     date_hierarchy = "created_at"
-    readonly_fields = [f.name for f in Capture._meta.fields]
+    readonly_fields = [*(f.name for f in Capture._meta.fields), "started_runs"]
     change_list_template = "admin/capture/capture/change_list.html"
     change_form_template = "admin/capture/capture/change_form.html"
 
@@ -116,6 +155,11 @@ class CaptureAdmin(admin.ModelAdmin):
     @admin.display(description="record")
     def record(self, obj: Capture) -> str:
         return record_link(obj)
+
+    @admin.display(description="runs started")
+    def started_runs(self, obj: Capture) -> str:
+        ids = [str(i) for i in obj.runs_started or []]
+        return run_links(list(queries.runs().filter(id__in=ids).order_by("created_at")))
 
     @admin.display(description="last error")
     def error(self, obj: Capture) -> str:

@@ -96,7 +96,8 @@ MATRIX: dict[Capability, Rule] = {
 
 # Routes that need no capability, and why. Everything else is in ROUTES with its capability.
 PUBLIC = "public"  # anyone: health, sign-in/out, the OpenAPI schema and its docs page
-ASSIGNMENT = "assignment"  # any signed-in user, for the tasks assigned to them (or ACT_ON_ANY_TASK)
+# any signed-in user, for what is theirs: the tasks assigned to them (or ACT_ON_ANY_TASK), the runs they started
+ASSIGNMENT = "assignment"
 TOKEN = "metrics token"  # Authorization: Bearer <settings.METRICS_TOKEN>
 ADMIN = "django admin"  # is_staff opens the admin site; each model page asks its model permission
 
@@ -142,6 +143,11 @@ ROUTES: dict[str, dict[str, Guard]] = {
     # approvers' pages
     "workflows:inbox": {"GET": ASSIGNMENT},
     "workflows:task": {"GET": ASSIGNMENT, "POST": ASSIGNMENT},
+    # requesters' pages
+    "workflows:requests:new": {"GET": Capability.START},
+    "workflows:requests:start": {"GET": Capability.START, "POST": Capability.START},
+    "workflows:requests:mine": {"GET": ASSIGNMENT},
+    "workflows:requests:detail": {"GET": ASSIGNMENT},
     # run viewer
     "workflows:runs:list": {"GET": Capability.VIEW_RUNS},
     "workflows:runs:detail": {"GET": Capability.VIEW_RUNS},

@@ -7,6 +7,7 @@ Statements: ``workflows/queries/sql/runs.sql``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -17,14 +18,19 @@ from workflows.exceptions import DefinitionMissing, InstanceNotFound
 from workflows.models import (
     ENDED_STATUSES,
     LIVE_STATUSES,
+    Activation,
+    ActorKind,
     BranchStatus,
     Command,
     CommandKind,
     CommandStatus,
+    DefinitionStatus,
     DefinitionVersion,
     Park,
     Run,
     RunStatus,
+    Task,
+    TaskStatus,
     Timer,
 )
 from workflows.queries.sql import QUERIES_SQL_DIR
@@ -269,3 +275,82 @@ def definition_text(*, scope: str, definition_id: str, version: int) -> tuple[st
     if row is None or row.kind != "DOCUMENT":
         raise DefinitionMissing("no stored document for this revision")
     return row.text, row.format
+
+
+# --- requesters: what a user may start, and the runs they started -----------------------------------
+
+
+@dataclass(frozen=True)
+class Startable:
+    """A workflow a requester may start: the revision a start without a version runs now."""
+
+    definition_id: str
+    version: int
+    title: str
+    description: str
+    start_schema: Any  # JSON Schema of the start payload (None: no payload)
+    written_schema: Any  # the same as the document wrote it (key order kept), for the form's layout
+    uses_business_key: bool  # its record trigger computes one, so a manual start asks for it too
+
+
+def startable_definitions(*, definition_id: str | None = None) -> list[Startable]:
+    """The default scope's current revisions that are AVAILABLE (the activation record's
+    target), by id; ``definition_id`` narrows to one. A revision that does not build here is
+    left out, as a start of it would be refused."""
+    from workflows.definitions import cache, documents
+    from workflows.exceptions import WorkflowError
+
+    records = Activation.objects.filter(scope="default").order_by("definition_id")
+    if definition_id is not None:
+        records = records.filter(definition_id=definition_id)
+    found = []
+    for record in records:
+        row = DefinitionVersion.objects.filter(
+            scope=record.target_scope,
+            definition_id=record.definition_id,
+            version=record.version,
+            status=DefinitionStatus.AVAILABLE,
+        ).first()
+        if row is None:
+            continue
+        try:
+            plan = cache.get_plan(
+                scope=row.scope, definition_id=row.definition_id, version=row.version, expected_hash=row.plan_hash
+            )
+            data: dict[str, Any] = documents.parse(row.text, row.format).data if row.kind == "DOCUMENT" else {}
+        except WorkflowError:
+            continue
+        description = data.get("description")
+        contract = data.get("contract")
+        written = [data.get("startPayloadSchema"), contract.get("startSchema") if isinstance(contract, dict) else None]
+        found.append(
+            Startable(
+                definition_id=row.definition_id,
+                version=row.version,
+                title=row.definition_id.replace("-", " ").replace("_", " ").capitalize(),
+                description=description if isinstance(description, str) else "",
+                start_schema=plan.start_schema,
+                written_schema=next((w for w in written if isinstance(w, dict)), None),
+                uses_business_key=plan.trigger is not None and plan.trigger.business_key is not None,
+            )
+        )
+    return found
+
+
+def runs_started_by(user: Any) -> QuerySet[Run]:
+    """The runs whose START names this user (the actor columns hold the username, as
+    ``workflows.engine.actors.user`` writes them; a record trigger's run names the user whose
+    save started it), newest first."""
+    if not getattr(user, "is_authenticated", False):
+        return Run.objects.none()
+    return Run.objects.filter(actor_kind=ActorKind.USER, actor_id=user.get_username()).order_by("-created_at", "-id")
+
+
+def request_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    """For each run, its open tasks (the step it waits at and who holds each), in one read."""
+    tasks: dict[Any, list[Task]] = {}
+    for task in Task.objects.filter(
+        run_id__in=[r.id for r in runs], status__in=[TaskStatus.OPEN, TaskStatus.COMPLETING]
+    ).order_by("created_at"):
+        tasks.setdefault(task.run_id, []).append(task)
+    return [{"run": r, "tasks": tasks.get(r.id, [])} for r in runs]

@@ -37,6 +37,8 @@ class Entry:
 ENTRIES = (
     Entry("Inbox", "workflows:inbox", (SIGNED_IN,), "workflows"),
     Entry("Runs", "workflows:runs:list", (Capability.VIEW_RUNS,), "workflows:runs"),
+    Entry("New request", "workflows:requests:new", (Capability.START,), "workflows:requests"),
+    Entry("My requests", "workflows:requests:mine", (Capability.START,), "workflows:requests"),
     Entry("Ops", "ops:dashboard", (Capability.OPERATE,), "ops"),
     Entry("Designer", "designer:list", (Capability.VIEW_DEFINITIONS,), "designer"),
     Entry(

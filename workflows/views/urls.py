@@ -1,13 +1,14 @@
 """The pages' URLs (namespace ``workflows``), included at the site's root: the approvers'
 ``/tasks/`` (inbox) and ``/tasks/<id>/`` (a task and its decisions); the run viewer under
 ``/runs/`` (namespace ``workflows:runs``); the Migrate dialog and migration records under
-``/migrate/`` (namespace ``workflows:migrate``). The staff pages have their own namespace
-(``workflows.views.ops_urls``).
+``/migrate/`` (namespace ``workflows:migrate``); the requesters' ``/requests/`` (My requests),
+``/requests/new/`` (New request) and their run pages (namespace ``workflows:requests``). The
+staff pages have their own namespace (``workflows.views.ops_urls``).
 """
 
 from django.urls import include, path
 
-from workflows.views import migrate, runs, tasks
+from workflows.views import migrate, requests, runs, tasks
 
 app_name = "workflows"
 
@@ -19,6 +20,13 @@ _runs = [
     path("<uuid:run_id>/cancel/", runs.run_cancel, name="cancel"),
     path("<uuid:run_id>/signal/", runs.run_signal, name="signal"),
     path("<uuid:run_id>/retry/", runs.run_retry, name="retry"),
+]
+
+_requests = [
+    path("", requests.my_requests, name="mine"),
+    path("new/", requests.new_request, name="new"),
+    path("new/<str:definition_id>/", requests.start_form, name="start"),
+    path("<uuid:run_id>/", requests.request_detail, name="detail"),
 ]
 
 _migrate = [
@@ -39,4 +47,5 @@ urlpatterns = [
     path("tasks/completed/", tasks.completed, name="completed"),
     path("runs/", include((_runs, "runs"))),
     path("migrate/", include((_migrate, "migrate"))),
+    path("requests/", include((_requests, "requests"))),
 ]

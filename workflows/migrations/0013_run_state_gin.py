@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("workflows", "0011_exact_json_numbers"),
+        ("workflows", "0012_task_claims"),
     ]
 
     operations = [

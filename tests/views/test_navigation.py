@@ -67,7 +67,12 @@ def nav_links(html: str) -> list[str]:
             ["Inbox", "Designer", "Migrate", "Admin"],
         ),
         (("workflows.change_definitionversion",), {"is_staff": True}, ["Inbox", "Designer", "Migrate", "Admin"]),
-        ((), {"is_superuser": True, "is_staff": True}, ["Inbox", "Runs", "Ops", "Designer", "Migrate", "Admin"]),
+        (("workflows.add_run",), {}, ["Inbox", "New request", "My requests"]),  # a requester
+        (
+            (),
+            {"is_superuser": True, "is_staff": True},
+            ["Inbox", "Runs", "New request", "My requests", "Ops", "Designer", "Migrate", "Admin"],
+        ),
     ],
 )
 def test_each_link_shows_only_to_users_who_may_open_its_page(
@@ -106,7 +111,7 @@ def test_signed_out_visitors_see_no_links_but_sign_in() -> None:
 def test_links_to_parts_the_host_did_not_mount_are_left_out() -> None:
     client = signed_in(user("root", is_superuser=True, is_staff=True))
 
-    assert nav_links(client.get("/tasks/").content.decode()) == ["Inbox", "Runs"]
+    assert nav_links(client.get("/tasks/").content.decode()) == ["Inbox", "Runs", "New request", "My requests"]
 
 
 def test_the_page_links_its_favicon_which_the_site_also_serves_at_favicon_ico() -> None:

@@ -103,7 +103,3 @@ def cancel_timers(run_id: Any, *, timer_ids: list[int] | None = None) -> list[di
         run_id, [(t["command_id"], CommandKind.TIMER, CommandStatus.CANCELLED) for t in rows if t["settled"]]
     )
     return rows
-
-
-# Timers of several runs, by id (the caller holds every run's lock).
-CANCEL_TIMERS_BY_ID = SQL.cancel_timers_by_id

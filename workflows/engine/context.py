@@ -17,7 +17,7 @@ from typing import Any
 from django.db import transaction
 
 from workflows.definitions.plan import Plan
-from workflows.engine import db, sql
+from workflows.engine import db, pipeline, sql
 from workflows.engine.actors import Actor
 from workflows.engine.history import HistoryBuffer, _same
 from workflows.models import ENDED_STATUSES, BranchStatus, RunStatus
@@ -254,7 +254,7 @@ class Drive:
     def save(self, *, first: tuple[str, list[Any]] | None = None) -> int:
         """Write the history and the run row in one round trip. ``first`` (the command's
         settlement) runs before them and its rowcount is answered."""
-        return db.execute_batch(self._statements(first))
+        return pipeline.execute_batch(self._statements(first))
 
     def _statements(self, first: tuple[str, list[Any]] | None) -> list[tuple[str, Any]]:
         statements: list[tuple[str, Any]] = [first] if first is not None else []

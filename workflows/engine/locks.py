@@ -30,6 +30,9 @@ LOCK_WITH_COMMAND = rows.with_columns(SQL.lock_with_command)
 TASK_OF_COMMAND = SQL.task_of_command
 LOCK_WITH_CLAIMED = rows.with_columns(SQL.lock_with_claimed)
 TASK_OF_CLAIMED = SQL.task_of_claimed
+# what a deciding COMPLETION's run holds beside it, read with the lock (teardown's fragments)
+OPEN_THINGS_BESIDE_THE_DECISION = sql.load("teardown").open_things_beside_the_decision
+OPEN_THINGS_BESIDE_A_CLAIMED_DECISION = sql.load("teardown").open_things_beside_a_claimed_decision
 
 
 @contextmanager
@@ -111,14 +114,12 @@ def try_lock_run_with_command(
     besides that task and its wait's park (``_open_beside``: see ``waits.leave``)."""
     from django.db import transaction
 
-    from workflows.engine import teardown
-
     statements: list[tuple[str, Any]] = [
         (LOCK_WITH_COMMAND, [f"{int(statement_timeout_ms)}ms", command_id, token, command_id, run_id])
     ]
     if with_task:
         statements.append((TASK_OF_COMMAND, [command_id]))
-        statements.append((teardown.OPEN_THINGS_BESIDE_THE_DECISION, {"r": run_id, "c": command_id}))
+        statements.append((OPEN_THINGS_BESIDE_THE_DECISION, {"r": run_id, "c": command_id}))
     try:
         rows = pipeline.fetchdict_batch(statements)
     except DatabaseError as exc:
@@ -169,15 +170,13 @@ def claim_and_lock(claim_sql: str, claim_params: Any, run_id: Any, token: Any, s
     one round trip. Raises when the claim itself failed (nothing committed)."""
     from django.db import transaction
 
-    from workflows.engine import teardown
-
     params = {"r": run_id, "t": token}
     claim, rows, error = pipeline.committed_then_batch(
         (claim_sql, claim_params),
         [
             (LOCK_WITH_CLAIMED, {**params, "timeout": f"{int(statement_timeout_ms)}ms"}),
             (TASK_OF_CLAIMED, params),
-            (teardown.OPEN_THINGS_BESIDE_A_CLAIMED_DECISION, params),
+            (OPEN_THINGS_BESIDE_A_CLAIMED_DECISION, params),
         ],
     )
     if error is not None:

@@ -30,8 +30,8 @@ from workflows.engine import (
     migration,
     observers,
     outcomes,
+    pipeline,
     sql,
-    teardown,
     timers,
     wakeups,
 )
@@ -47,7 +47,7 @@ from workflows.engine.evaluate import evaluate
 from workflows.engine.nodes.base import WAIT
 from workflows.engine.settlement import REQUEUE, Settle, actor_of, completed, failure_reason, named, received, reopen
 from workflows.exceptions import ExpressionFailed
-from workflows.models import CommandKind, CommandStatus, RunStatus, TaskStatus
+from workflows.models import ENDED_STATUSES, CommandKind, CommandStatus, RunStatus, TaskStatus
 
 
 class Busy(Exception):
@@ -59,7 +59,6 @@ class Fenced(Exception):
 
 
 SQL = sql.load("segment")
-COMMAND_COLUMNS = SQL.command_columns
 
 
 def run(
@@ -153,8 +152,8 @@ def _run(
                 (cmd["target"] or {}).get("resolved_step", "") if cmd["kind"] != CommandKind.SIGNAL else ""
             )
         # without savepoints, writes nobody reads before the commit (outbox intents) travel
-        # with the segment's next statement (``db.defer``); with savepoints each is sent at once
-        with db.deferring() if optimistic else nullcontext():
+        # with the segment's next statement (``pipeline.defer``); with savepoints each is sent at once
+        with pipeline.deferring() if optimistic else nullcontext():
             settle = apply(drive, cmd)
             faults.point("before_settle")
             faults.segment_settling(segment_log, command_id, token, settle.status)
@@ -412,7 +411,7 @@ def _apply_retry(drive: Drive, cmd: dict[str, Any]) -> Settle:
         driver.after_drive(drive, outcome)
         if run["status"] == RunStatus.WAITING:
             forks.drain_waiting_branches(drive)  # back at a join: the parked signals of its waiting branches
-    if drive.run["status"] in teardown.ENDED:
+    if drive.run["status"] in ENDED_STATUSES:
         return completed(drive, cmd)
     offered = db.fetchall(SQL.reoffer_dead, [run["id"]])
     drive.run["open_signals"] = int(drive.run["open_signals"]) + sum(1 for (k,) in offered if k == CommandKind.SIGNAL)

@@ -25,7 +25,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from workflows.engine import commands, db, locks, observers, outbox, sql
+from workflows.engine import commands, db, locks, observers, outbox, pipeline, sql
 from workflows.engine.actors import Actor, sanitise
 from workflows.engine.context import Drive
 from workflows.engine.settlement import actor_of
@@ -33,7 +33,6 @@ from workflows.models import ENDED_STATUSES, CommandKind, CommandStatus, RunStat
 
 SQL = sql.load("teardown")
 
-ENDED = ENDED_STATUSES
 # the caller's side of a called run cancelled under it (history of the caller)
 CALLED_RUN_CANCELLED = "called run cancelled"
 
@@ -51,15 +50,10 @@ def _withdraw_tasks(drive: Drive, *, status: str) -> None:
         )
 
 
-# read by ``locks`` with the run's lock (see the statements' descriptions)
-OPEN_THINGS_BESIDE_THE_DECISION = SQL.open_things_beside_the_decision
-OPEN_THINGS_BESIDE_A_CLAIMED_DECISION = SQL.open_things_beside_a_claimed_decision
-
-
 def open_things(run_id: Any) -> dict[str, bool]:
     """What an ending run still holds, in one read, so the teardown writes only what it must."""
-    with db._cursor(True) as cur:
-        db.run(cur, SQL.open_things, {"r": run_id})
+    with pipeline.statement_cursor(True) as cur:
+        pipeline.run(cur, SQL.open_things, {"r": run_id})
         cols = [c[0] for c in cur.description]
         return dict(zip(cols, cur.fetchone(), strict=True))
 
@@ -105,13 +99,13 @@ def end_run(drive: Drive, status: str, *, how: str = "ended", code: str = "", me
     the run elsewhere and keeps the wait it failed in.)"""
     run = drive.run
     run["status"] = status
-    if status in ENDED or status == RunStatus.FAILED:
-        if status in ENDED:
+    if status in ENDED_STATUSES or status == RunStatus.FAILED:
+        if status in ENDED_STATUSES:
             run["ended_at"] = timezone.now()
         # read with the wait's leaving when the run went straight from it to its end
         found, drive.open_things = drive.open_things or open_things(run["id"]), None
         _close_everything(drive, how=how, task_status=TaskStatus.WITHDRAWN, found=found)
-        if found["settle"] and status in ENDED:
+        if found["settle"] and status in ENDED_STATUSES:
             settle_parked_and_dead(drive, status=CommandStatus.REJECTED, reason="INSTANCE_ENDED: the run has ended")
         if found["children"]:
             _teardown_children(drive, reason="caller failed" if status == RunStatus.FAILED else "caller ended")
@@ -119,7 +113,7 @@ def end_run(drive: Drive, status: str, *, how: str = "ended", code: str = "", me
         run["failure_code"] = code[:64]
         run["failure_message"] = message[:4000]
     drive.ended_now = True
-    if run.get("parent_run_id") and status in (*ENDED, RunStatus.FAILED):
+    if run.get("parent_run_id") and status in (*ENDED_STATUSES, RunStatus.FAILED):
         outbox.resume_parent(drive, status=status)
 
 
@@ -136,7 +130,7 @@ def _teardown_children(drive: Drive, *, reason: str, spare: Any = None, only: li
         if spare is not None and str(child_id) == str(spare):
             continue
         child = locks.lock_run(child_id)
-        if child["status"] in ENDED:
+        if child["status"] in ENDED_STATUSES:
             continue  # ended between the read and the lock
         cancel_locked(child, actor=drive.actor, reason=reason, executor_id=drive.executor_id)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import connection
 
-from workflows.engine import commands, db, sql, teardown, wakeups
+from workflows.engine import commands, db, pipeline, sql, teardown, wakeups
 from workflows.engine.context import Drive
 from workflows.models import RunStatus
 
@@ -30,7 +30,7 @@ def park_statement(
 
 # Park ids drawn ahead from the parks' own sequence, a block at a time, for this process: a
 # park whose id is known before its insert needs no answer, so a waiting node's writes can
-# travel with the segment's settlement (``db.defer``) instead of a round trip of their own.
+# travel with the segment's settlement (``pipeline.defer``) instead of a round trip of their own.
 # An id is used once or lost (a rolled-back insert leaves a gap, as the sequence would). The
 # block belongs to this process and database: a forked child, or a connection to another
 # database, draws its own.
@@ -135,7 +135,7 @@ def leave(
     ``teardown.end_run`` (``drive.open_things``) — unless timers are still to be cancelled.
     A COMPLETION read it with the run's lock (``drive.open_things_beside``: all but the park
     and the task its writes close): the writes then travel with the segment's next statement
-    (``db.defer``)."""
+    (``pipeline.defer``)."""
     wait = drive.run.get("wait")
     park = close_park_statement(wait.get("park"), how) if wait else None
     statements = ([park] if park is not None else []) + list(along)
@@ -145,11 +145,13 @@ def leave(
     beside, drive.open_things_beside = drive.open_things_beside, None
     if statements and read_open_things and not timer_ids and beside is not None:
         drive.open_things = beside
-        db.defer(statements[0][0], statements[0][1], _sent)
+        pipeline.defer(statements[0][0], statements[0][1], _sent)
     elif statements and read_open_things and not timer_ids:
-        drive.open_things = db.fetchdict_batch([*statements, (teardown.SQL.open_things, {"r": drive.run["id"]})])[-1]
+        drive.open_things = pipeline.fetchdict_batch([*statements, (teardown.SQL.open_things, {"r": drive.run["id"]})])[
+            -1
+        ]
     elif statements:
-        db.execute_batch(statements)
+        pipeline.execute_batch(statements)
     if not wait:
         return None
     if timer_ids:

@@ -16,12 +16,19 @@ from typing import Any
 from django.db import DatabaseError, transaction
 
 from workflows import conf
-from workflows.engine import db, locks, observers, sql, teardown, wakeups
+from workflows.engine import db, locks, observers, sql, wakeups
 from workflows.engine.actors import Actor
 from workflows.engine.migration import bulk
 from workflows.engine.migration.handler import actor_label, parked_at
 from workflows.exceptions import InvalidPayload, MigrationIllegalState, Violation
-from workflows.models import ActorKind, CommandKind, MigrationItemStatus, MigrationRecordStatus, RunStatus
+from workflows.models import (
+    ENDED_STATUSES,
+    ActorKind,
+    CommandKind,
+    MigrationItemStatus,
+    MigrationRecordStatus,
+    RunStatus,
+)
 
 log = logging.getLogger("workflows.engine")
 SQL = sql.load("migration_apply")
@@ -125,7 +132,7 @@ def _record_batch(
         run = locked.get(str(item["run_id"]))
         if run is None:
             continue  # busy right now: left SELECTED for the next Apply
-        if run["status"] in teardown.ENDED:
+        if run["status"] in ENDED_STATUSES:
             outcomes.append((item["id"], MigrationItemStatus.MOVED_ON, "ENDED", None))
         elif run["status"] == RunStatus.FAILED:
             outcomes.append((item["id"], MigrationItemStatus.REJECTED, "INSTANCE_FAILED", None))

@@ -26,7 +26,7 @@ from typing import Any
 
 from workflows.definitions import plan as p
 from workflows.definitions.plan import Plan
-from workflows.engine import commands, db, history, observers, settlement, sql, timers, waits, wakeups
+from workflows.engine import commands, db, history, observers, pipeline, settlement, sql, timers, waits, wakeups
 from workflows.engine.actors import Actor
 from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.migration.handler import actor_label, handler_for, origin_of, parked_at
@@ -293,7 +293,7 @@ def _write(moves: list[_Move], rec: dict[str, Any], actor: Actor, executor: str)
             ],
         ),
         (SQL.withdraw_tasks, [[str(t["id"]) for m in moves for t in m.withdrawn]]),
-        (commands.CANCEL_TIMERS_BY_ID, [[int(t["id"]) for m in moves for t in m.disarmed]]),
+        (commands.SQL.cancel_timers_by_id, [[int(t["id"]) for m in moves for t in m.disarmed]]),
         (
             SQL.open_parks,
             [
@@ -330,7 +330,7 @@ def _write(moves: list[_Move], rec: dict[str, Any], actor: Actor, executor: str)
         )
     armed = [(m.run["id"], t) for m in moves for t in m.timers]
     statements.append(timers.arm_many_statement(armed))
-    db.execute_batch(statements)
+    pipeline.execute_batch(statements)
     for m in moves:  # the MIGRATION command and the TIMER commands of the timers it disarmed
         observers.settled_on_commit(
             m.run["id"],
@@ -367,7 +367,7 @@ def _save(moves: list[_Move]) -> None:
                 "plan_hash": r["plan_hash"],
             }
         )
-    db.execute_batch([(history.HISTORY_INSERT_MANY, [db.jsonb(rows)]), (SQL.save_runs, [db.jsonb(saved)])])
+    pipeline.execute_batch([(history.HISTORY_INSERT_MANY, [db.jsonb(rows)]), (SQL.save_runs, [db.jsonb(saved)])])
     groups: dict[tuple[str, str], list[_Move]] = {}
     for m in moves:
         if m.opening is not None:

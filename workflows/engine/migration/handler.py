@@ -39,7 +39,7 @@ from workflows.engine.actors import Actor
 from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
 from workflows.engine.settlement import Settle, completed, received
 from workflows.exceptions import WorkflowError
-from workflows.models import CommandKind, CommandStatus, MigrationItemStatus, RunStatus
+from workflows.models import ENDED_STATUSES, CommandKind, CommandStatus, MigrationItemStatus, RunStatus
 
 log = logging.getLogger("workflows.engine")
 SQL = sql.load("migration_handler")
@@ -217,7 +217,7 @@ def _move(drive: Drive, cmd: dict[str, Any], target: dict[str, Any], target_scop
     if wait.get("kind") == "call" and wait.get("child"):
         # the called run was started by the node being left; the target node starts its own
         child = locks.lock_run(wait["child"])
-        if child["status"] not in teardown.ENDED:
+        if child["status"] not in ENDED_STATUSES:
             teardown.cancel_locked(child, actor=drive.actor, reason="caller migrated", executor_id=drive.executor_id)
     waits.leave(drive, "moved")
     source_pointers = drive.history.pointers()  # redaction: the source covers everything so far

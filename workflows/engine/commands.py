@@ -14,6 +14,7 @@ from uuid import UUID
 from workflows import jsonvalues
 from workflows.engine import db, observers, sql
 from workflows.engine.actors import Actor
+from workflows.engine.rows import RunQueue
 from workflows.models import CommandKind, CommandStatus
 
 SQL = sql.load("commands")
@@ -24,13 +25,13 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(jsonvalues.normal(value).encode("utf-8")).hexdigest()
 
 
-def next_seq(run: dict[str, Any]) -> int:
+def next_seq(run: RunQueue) -> int:
     seq = int(run["next_seq"])
     run["next_seq"] = seq + 1
     return seq
 
 
-def insert(run: dict[str, Any], **spec: Any) -> dict[str, Any]:
+def insert(run: RunQueue, **spec: Any) -> dict[str, Any]:
     """Insert a command at the run's next position (``insert_statement`` names the fields)."""
     sql, params, seq = insert_statement(run, **spec)
     return inserted(db.fetchone(sql, params, prepared=True), seq, spec["kind"])
@@ -50,7 +51,7 @@ def inserted(row: tuple[Any, ...] | None, seq: int, kind: str) -> dict[str, Any]
 
 
 def insert_statement(
-    run: dict[str, Any],
+    run: RunQueue,
     *,
     kind: str,
     actor: Actor,

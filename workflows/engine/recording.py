@@ -17,6 +17,7 @@ from workflows import conf
 from workflows.engine import bounds, commands, db, locks, observers, pipeline, sql, teardown, wakeups
 from workflows.engine.actors import NONE, Actor, sanitise
 from workflows.engine.context import Drive
+from workflows.engine.rows import RunQueue
 from workflows.engine.settlement import named
 from workflows.exceptions import (
     IdempotencyConflict,
@@ -181,7 +182,7 @@ def start(
     ]
     # the run row already counts the START's position (next_seq 2): no second write of it;
     # both rows go in one statement (the run's insert as a data-modifying CTE)
-    run = {"id": run_id, "next_seq": 1, "open_signals": 0}
+    run: RunQueue = {"id": run_id, "next_seq": 1, "open_signals": 0}
     statement, params, seq = commands.insert_statement(
         run,
         kind=CommandKind.START,

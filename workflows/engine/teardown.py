@@ -28,6 +28,7 @@ from django.utils import timezone
 from workflows.engine import commands, db, locks, observers, outbox, pipeline, sql
 from workflows.engine.actors import Actor, sanitise
 from workflows.engine.context import Drive
+from workflows.engine.rows import RunLink, RunRow
 from workflows.engine.settlement import actor_of
 from workflows.models import ENDED_STATUSES, CommandKind, CommandStatus, RunStatus, TaskStatus
 
@@ -144,13 +145,13 @@ def cancel_branch_children(drive: Drive, branches: list[dict[str, Any]], *, reas
 # --- a called run cancelled: its caller too --------------------------------------------------
 
 
-def lock_callers(run_id: Any) -> dict[str, dict[str, Any]]:
+def lock_callers(run_id: Any) -> dict[str, RunRow]:
     """Lock the live runs above ``run_id`` in its call chain, the topmost first, before the run
     itself is locked: the lock order is caller → child everywhere (teardown goes down)."""
     return {str(caller_id): locks.lock_run(caller_id) for (caller_id,) in db.fetchall(SQL.ancestors, [run_id])}
 
 
-def _waits_on(caller: dict[str, Any], child_id: Any) -> bool:
+def _waits_on(caller: RunRow, child_id: Any) -> bool:
     if caller["status"] != RunStatus.WAITING:
         return False
     wait = caller.get("wait") or {}
@@ -159,10 +160,10 @@ def _waits_on(caller: dict[str, Any], child_id: Any) -> bool:
     return db.fetchone(SQL.branch_waits_on, [caller["id"], str(child_id)]) is not None
 
 
-def waiting_callers(run: dict[str, Any], callers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def waiting_callers(run: RunLink, callers: dict[str, RunRow]) -> list[RunRow]:
     """The runs waiting on ``run`` at a call, and on those, up the chain: nearest first."""
-    chain: list[dict[str, Any]] = []
-    below = run
+    chain: list[RunRow] = []
+    below: RunLink = run
     while below.get("parent_run_id"):
         caller = callers.get(str(below["parent_run_id"]))
         if caller is None or not _waits_on(caller, below["id"]):
@@ -172,7 +173,7 @@ def waiting_callers(run: dict[str, Any], callers: dict[str, dict[str, Any]]) -> 
     return chain
 
 
-def cancel_with_callers(run: dict[str, Any], callers: dict[str, dict[str, Any]], *, actor: Actor, reason: str) -> Drive:
+def cancel_with_callers(run: RunRow, callers: dict[str, RunRow], *, actor: Actor, reason: str) -> Drive:
     """Cancel ``run`` and every run waiting on it at a call, callers first (all locked by
     ``lock_callers`` and ``locks.lock_run`` in that order)."""
     chain = waiting_callers(run, callers)
@@ -182,7 +183,7 @@ def cancel_with_callers(run: dict[str, Any], callers: dict[str, dict[str, Any]],
     return cancel_locked(run, actor=actor, reason=reason)
 
 
-def cancel_locked(run: dict[str, Any], *, actor: Actor, reason: str, executor_id: str = "", spare: Any = None) -> Drive:
+def cancel_locked(run: RunRow, *, actor: Actor, reason: str, executor_id: str = "", spare: Any = None) -> Drive:
     """Cancel a run whose execution lock the caller holds (the teardown of ``cancel``); its
     called runs go with it (but ``spare``, see ``cancel_with_callers``)."""
     drive = Drive.for_run(run, None, actor, executor_id=executor_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.db import DatabaseError, transaction
 
@@ -20,6 +20,7 @@ from workflows.engine import db, locks, observers, sql, wakeups
 from workflows.engine.actors import Actor
 from workflows.engine.migration import bulk
 from workflows.engine.migration.handler import actor_label, parked_at
+from workflows.engine.rows import RunRow
 from workflows.exceptions import InvalidPayload, MigrationIllegalState, Violation
 from workflows.models import (
     ENDED_STATUSES,
@@ -124,10 +125,10 @@ def _record_batch(
     """The checks of ``recording.migrate`` (ended, scope, pending migration) and the position
     check, for a whole batch in four statements; answers (item id, status, detail, command id)."""
     ids = [str(i["run_id"]) for i in items]
-    locked = {str(r["id"]): r for r in db.fetchdicts(LOCK_BATCH, [ids])}
+    locked = {str(r["id"]): cast(RunRow, r) for r in db.fetchdicts(LOCK_BATCH, [ids])}
     pending = {str(r[0]) for r in db.fetchall(SQL.migrations_pending, [list(locked)])} if locked else set()
     outcomes: list[tuple[int, str, str, int | None]] = []
-    chosen: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    chosen: list[tuple[dict[str, Any], RunRow]] = []
     for item in items:
         run = locked.get(str(item["run_id"]))
         if run is None:
@@ -188,8 +189,8 @@ def _record_batch(
 
 
 def _move_set_based(
-    rec: dict[str, Any], chosen: list[tuple[dict[str, Any], dict[str, Any]]], actor: Actor
-) -> tuple[list[tuple[int, str, str, int | None]], list[tuple[dict[str, Any], dict[str, Any]]]]:
+    rec: dict[str, Any], chosen: list[tuple[dict[str, Any], RunRow]], actor: Actor
+) -> tuple[list[tuple[int, str, str, int | None]], list[tuple[dict[str, Any], RunRow]]]:
     """The moves ``bulk`` makes for the batch at once (in a savepoint: a batch it
     cannot write goes the MIGRATION command way whole)."""
     try:

@@ -32,6 +32,7 @@ from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.migration.handler import actor_label, handler_for, origin_of, parked_at
 from workflows.engine.nodes import human_task
 from workflows.engine.nodes.timer import delay_of
+from workflows.engine.rows import CommandRef, RunRow
 from workflows.exceptions import WorkflowError
 from workflows.models import (
     CommandKind,
@@ -51,7 +52,7 @@ WAITS = ("task", "timer", "signal")  # the waits a run is moved away from here
 @dataclass
 class _Move:
     item: dict[str, Any]
-    run: dict[str, Any]
+    run: RunRow
     step: p.HumanTaskStep | p.TimerStep
     drive: Drive | None = None
     opening: human_task.Opening | None = None
@@ -65,8 +66,8 @@ class _Move:
 
 
 def move(
-    rec: dict[str, Any], chosen: list[tuple[dict[str, Any], dict[str, Any]]], actor: Actor
-) -> tuple[list[tuple[int, str, str, int | None]], list[tuple[dict[str, Any], dict[str, Any]]]]:
+    rec: dict[str, Any], chosen: list[tuple[dict[str, Any], RunRow]], actor: Actor
+) -> tuple[list[tuple[int, str, str, int | None]], list[tuple[dict[str, Any], RunRow]]]:
     """Move what can be moved set-based; answers the items' outcomes (MOVED with the command)
     and the (item, run) pairs left for MIGRATION commands."""
     from workflows.definitions import cache, schemas
@@ -133,7 +134,7 @@ def _prepare(moves: list[_Move], source: Plan, actor: Actor) -> None:
 
     pointers: dict[Any, Any] = {}  # the redactors are asked once per revision for the batch
     for m in moves:
-        run = dict(m.run)
+        run = m.run.copy()
         drive = Drive.for_run(
             run, source, actor, command_kind=CommandKind.MIGRATION, executor_id=executor.executor_id()
         )
@@ -192,7 +193,7 @@ def _build(moves: list[_Move], rec: dict[str, Any], target: Plan, actor: Actor, 
         run = drive.run
         drive.command_id = m.command_id
         drive.history._command_documents[m.command_id] = [None]  # a MIGRATION carries no payload
-        cmd = {"id": m.command_id, "kind": CommandKind.MIGRATION, "seq": m.seq}
+        cmd: CommandRef = {"id": m.command_id, "kind": CommandKind.MIGRATION, "seq": m.seq}
         settlement.received(drive, cmd)
         for t in m.withdrawn:
             drive.history.add(

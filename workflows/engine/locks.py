@@ -23,7 +23,6 @@ from workflows.exceptions import InstanceNotFound, LockTimeout
 from workflows.models import CommandKind
 
 SQL = sql.load("locks")
-RUN_COLUMNS = rows.RUN_COLUMNS  # (migration's bulk read names the columns through here)
 LOCK_RUN = rows.with_columns(SQL.lock_run)
 RESTORE_LOCK_TIMEOUT = SQL.restore_lock_timeout
 TRY_LOCK_RUN = rows.with_columns(SQL.try_lock_run)

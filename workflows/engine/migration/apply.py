@@ -16,7 +16,7 @@ from typing import Any, cast
 from django.db import DatabaseError, transaction
 
 from workflows import conf
-from workflows.engine import db, locks, observers, sql, wakeups
+from workflows.engine import db, observers, rows, sql, wakeups
 from workflows.engine.actors import Actor
 from workflows.engine.migration import bulk
 from workflows.engine.migration.handler import actor_label, parked_at
@@ -114,8 +114,7 @@ def apply_batch(*, record_id: int, actor: Actor, confirm: int | None = None, lim
 # busy (a segment, an approver's completion, a cancel) is skipped and stays for the next Apply,
 # so this never waits for one run's lock while holding others.
 LOCK_BATCH = (
-    f"SELECT {locks.RUN_COLUMNS} FROM workflow_runs WHERE id = ANY(%s::uuid[]) "
-    "ORDER BY id FOR NO KEY UPDATE SKIP LOCKED"
+    f"SELECT {rows.RUN_COLUMNS} FROM workflow_runs WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED"
 )
 
 

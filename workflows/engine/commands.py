@@ -1,7 +1,7 @@
 """Inserting commands into a run's queue, and cancelling timers with their commands (always
 under the run's lock; arming timers is ``timers``).
 
-The caller passes the locked run row (a dict); sequences are taken from and counted on it,
+The caller passes the locked run row (``rows.RunQueue``); sequences are taken from and counted on it,
 and the caller persists the counters (recording does it at once, a segment at its end).
 """
 

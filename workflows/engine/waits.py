@@ -132,7 +132,7 @@ def leave(
     """Leave the current wait: close its park and cancel its timers (except the one firing).
     ``along``: the caller's own writes on other tables, in the same statement as the park's.
     ``read_open_things``: the caller goes straight on to end the run; what the run still holds
-    (``teardown.OPEN_THINGS``) is read in the same round trip, after the writes, and kept for
+    (``teardown.SQL.open_things``) is read in the same round trip, after the writes, and kept for
     ``teardown.end_run`` (``drive.open_things``) — unless timers are still to be cancelled.
     A COMPLETION read it with the run's lock (``drive.open_things_beside``: all but the park
     and the task its writes close): the writes then travel with the segment's next statement

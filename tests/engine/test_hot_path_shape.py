@@ -285,12 +285,12 @@ class TestRoundTrips:
     def test_a_transaction_of_two_pipelines_takes_two_round_trips_and_commits(self, syncs: list[int]) -> None:
         from django.db import transaction
 
-        from workflows.engine import db
+        from workflows.engine import db, pipeline
 
         with transaction.atomic():
             db.fetchone("SELECT 1", prepared=True)  # BEGIN travels with it
             assert syncs[0] == 1 and connection.connection.info.transaction_status.name == "INTRANS"
-            row = db.fetchone_and_commit(
+            row = pipeline.fetchone_and_commit(
                 "INSERT INTO workflow_dedup (kind, scope, key, fingerprint, created_at)"
                 " VALUES ('test', %s, %s, '', now()) RETURNING key",
                 ["round-trips", "k1"],
@@ -320,30 +320,30 @@ class TestRoundTrips:
     def test_a_deferred_write_travels_with_the_next_statement(self, syncs: list[int]) -> None:
         from django.db import transaction
 
-        from workflows.engine import db
+        from workflows.engine import db, pipeline
 
         insert = (
             "INSERT INTO workflow_dedup (kind, scope, key, fingerprint, created_at)"
             " VALUES ('test', 'deferred', %s, '', now()) RETURNING key"
         )
         answers: list[Any] = []
-        with transaction.atomic(), db.deferring():
+        with transaction.atomic(), pipeline.deferring():
             db.fetchone("SELECT 1", prepared=True)
             syncs[0] = 0
-            db.defer(insert, ["k1"], answers.append)
-            db.defer(insert, ["k2"], answers.append)
+            pipeline.defer(insert, ["k1"], answers.append)
+            pipeline.defer(insert, ["k2"], answers.append)
             assert answers == [] and syncs[0] == 0  # nothing sent yet
-            rows = db.fetch_batch([("SELECT count(*) FROM workflow_dedup WHERE scope = 'deferred'", [])])
+            rows = pipeline.fetch_batch([("SELECT count(*) FROM workflow_dedup WHERE scope = 'deferred'", [])])
             assert syncs[0] == 1 and rows == [(2,)]  # both went first, in the same round trip
             assert answers == [("k1",), ("k2",)]
-            db.defer(insert, ["k3"], answers.append)
+            pipeline.defer(insert, ["k3"], answers.append)
             with connection.cursor() as cur:  # any query through Django's cursors sends them first
                 cur.execute("SELECT count(*) FROM workflow_dedup WHERE scope = 'deferred'")
                 assert cur.fetchone() == (3,)
             assert answers[-1] == ("k3",)
-            db.defer(insert, ["k4"], answers.append)  # never sent: the block ends first
+            pipeline.defer(insert, ["k4"], answers.append)  # never sent: the block ends first
         assert self._committed("SELECT count(*) FROM workflow_dedup WHERE scope = %s", ["deferred"]) == (3,)
-        db.defer(insert, ["k5"], answers.append)  # outside ``deferring``: sent at once
+        pipeline.defer(insert, ["k5"], answers.append)  # outside ``deferring``: sent at once
         assert answers[-1] == ("k5",)
 
     def test_a_service_intent_and_the_human_task_travel_with_the_settlement(

@@ -19,6 +19,7 @@ from workflows.engine import driver, forks, teardown, waits
 from workflows.engine.context import Drive
 from workflows.engine.evaluate import apply_set
 from workflows.engine.nodes.base import END, WAIT, Outcome
+from workflows.engine.rows import CommandRow
 from workflows.engine.settlement import Settle, completed, received
 from workflows.models import BranchStatus, CommandStatus, RunStatus
 
@@ -55,7 +56,7 @@ def _resume_here(drive: Drive, step: p.CallStep, target: dict[str, Any], result:
     return END
 
 
-def apply_resume(drive: Drive, cmd: dict[str, Any]) -> Settle:
+def apply_resume(drive: Drive, cmd: CommandRow) -> Settle:
     plan = drive.plan
     assert plan is not None
     target = cmd["target"] or {}

@@ -1,7 +1,7 @@
 """Inserting commands into a run's queue, and cancelling timers with their commands (always
 under the run's lock; arming timers is ``timers``).
 
-The caller passes the locked run row (a dict); sequences are taken from and counted on it,
+The caller passes the locked run row (``rows.RunQueue``); sequences are taken from and counted on it,
 and the caller persists the counters (recording does it at once, a segment at its end).
 """
 
@@ -14,6 +14,7 @@ from uuid import UUID
 from workflows import jsonvalues
 from workflows.engine import db, observers, sql
 from workflows.engine.actors import Actor
+from workflows.engine.rows import RunQueue
 from workflows.models import CommandKind, CommandStatus
 
 SQL = sql.load("commands")
@@ -24,13 +25,13 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(jsonvalues.normal(value).encode("utf-8")).hexdigest()
 
 
-def next_seq(run: dict[str, Any]) -> int:
+def next_seq(run: RunQueue) -> int:
     seq = int(run["next_seq"])
     run["next_seq"] = seq + 1
     return seq
 
 
-def insert(run: dict[str, Any], **spec: Any) -> dict[str, Any]:
+def insert(run: RunQueue, **spec: Any) -> dict[str, Any]:
     """Insert a command at the run's next position (``insert_statement`` names the fields)."""
     sql, params, seq = insert_statement(run, **spec)
     return inserted(db.fetchone(sql, params, prepared=True), seq, spec["kind"])
@@ -50,7 +51,7 @@ def inserted(row: tuple[Any, ...] | None, seq: int, kind: str) -> dict[str, Any]
 
 
 def insert_statement(
-    run: dict[str, Any],
+    run: RunQueue,
     *,
     kind: str,
     actor: Actor,
@@ -103,7 +104,3 @@ def cancel_timers(run_id: Any, *, timer_ids: list[int] | None = None) -> list[di
         run_id, [(t["command_id"], CommandKind.TIMER, CommandStatus.CANCELLED) for t in rows if t["settled"]]
     )
     return rows
-
-
-# Timers of several runs, by id (the caller holds every run's lock).
-CANCEL_TIMERS_BY_ID = SQL.cancel_timers_by_id

@@ -12,19 +12,21 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from django.db import transaction
 
 from workflows.definitions.plan import Plan
-from workflows.engine import db, sql
+from workflows.engine import db, pipeline, sql
 from workflows.engine.actors import Actor
 from workflows.engine.history import HistoryBuffer, _same
+from workflows.engine.rows import RunRow
 from workflows.models import ENDED_STATUSES, BranchStatus, RunStatus
 
 SQL = sql.load("context")
 
-MUTABLE = (
+# the run row's keys a drive changes (a savepoint restores them)
+Mutable = Literal[
     "status",
     "state",
     "state_version",
@@ -40,7 +42,10 @@ MUTABLE = (
     "open_signals",
     "cancel_reason",
     "ended_at",
-)
+]
+MUTABLE: tuple[Mutable, ...] = get_args(Mutable)
+# what a branch drive swaps into the run row (``Drive.in_branch``)
+BRANCH_SWAPPED: tuple[Mutable, ...] = ("state", "wait", "current_step", "status")
 
 
 class StepLimitExceeded(Exception):
@@ -81,7 +86,7 @@ class DeterministicFailure(Exception):
 
 @dataclass
 class Drive:
-    run: dict[str, Any]
+    run: RunRow
     plan: Plan | None
     history: HistoryBuffer
     actor: Actor
@@ -110,7 +115,7 @@ class Drive:
     open_things_beside: dict[str, bool] | None = None
 
     @classmethod
-    def for_run(cls, run: dict[str, Any], plan: Plan | None, actor: Actor, **kwargs: Any) -> Drive:
+    def for_run(cls, run: RunRow, plan: Plan | None, actor: Actor, **kwargs: Any) -> Drive:
         history = HistoryBuffer(
             run_id=run["id"],
             next_seq=int(run["history_seq"]) + 1,
@@ -179,7 +184,7 @@ class Drive:
     def in_branch(self, branch: dict[str, Any], join_step: str) -> Iterator[None]:
         """Drive a branch with the ordinary nodes: its state, wait, step and status are swapped
         into the run dict for the duration and written back to the branch row afterwards."""
-        saved = {k: self.run[k] for k in ("state", "wait", "current_step", "status")}
+        saved = {k: self.run[k] for k in BRANCH_SWAPPED}
         self.run["state"] = branch["state"]
         self.run["wait"] = branch["wait"]
         self.run["current_step"] = branch["current_step"]
@@ -196,7 +201,7 @@ class Drive:
                 branch["status"] = BranchStatus.WAITING if run_status == RunStatus.WAITING else BranchStatus.RUNNING
             self.branch, self.branch_join = None, ""
             ended = run_status in ENDED_STATUSES
-            self.run.update(saved)
+            self._restore(saved)
             if ended:  # an `end` inside the branch terminated the whole run
                 self.run["status"] = run_status
                 self.run["wait"] = None
@@ -235,7 +240,7 @@ class Drive:
                 yield
         except BaseException:
             self.open_things = None
-            self.run.update(snapshot)
+            self._restore(snapshot)
             self.history.truncate(mark)
             self.steps = steps
             del self.effects[effects:]
@@ -243,6 +248,11 @@ class Drive:
             if branch is not None and self.branch is not None:
                 self.branch.update(branch)
             raise
+
+    def _restore(self, saved: dict[Mutable, Any]) -> None:
+        """Put back run keys saved before a savepoint or a branch drive."""
+        for key, value in saved.items():
+            self.run[key] = value
 
     # --- persistence -----------------------------------------------------------------
     def save_and_commit(self, settlement: tuple[str, list[Any]]) -> bool:
@@ -254,7 +264,7 @@ class Drive:
     def save(self, *, first: tuple[str, list[Any]] | None = None) -> int:
         """Write the history and the run row in one round trip. ``first`` (the command's
         settlement) runs before them and its rowcount is answered."""
-        return db.execute_batch(self._statements(first))
+        return pipeline.execute_batch(self._statements(first))
 
     def _statements(self, first: tuple[str, list[Any]] | None) -> list[tuple[str, Any]]:
         statements: list[tuple[str, Any]] = [first] if first is not None else []

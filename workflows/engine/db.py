@@ -18,25 +18,13 @@ from psycopg.types.json import Jsonb, set_json_dumps, set_json_loads
 
 from workflows import jsonvalues
 from workflows.engine import pipeline
-from workflows.engine.pipeline import Params, run
-
-# what modules outside the pipeline's split still call through db (segment, waits, drive,
-# outbox, teardown, nodes.human_task, migration_bulk, tests): they may import pipeline instead
-from workflows.engine.pipeline import defer as defer
-from workflows.engine.pipeline import deferring as deferring
-from workflows.engine.pipeline import deferring_now as deferring_now
-from workflows.engine.pipeline import execute_batch as execute_batch
-from workflows.engine.pipeline import fetch_batch as fetch_batch
-from workflows.engine.pipeline import fetchdict_batch as fetchdict_batch
-from workflows.engine.pipeline import fetchone_and_commit as fetchone_and_commit
-from workflows.engine.pipeline import ignore_answer as ignore_answer
+from workflows.engine.pipeline import Params
 from workflows.exceptions import InvalidPayload, LockTimeout, PersistenceError, Violation
 
 LOCK_NOT_AVAILABLE = "55P03"
 DEADLOCK = "40P01"
 SERIALIZATION = "40001"
 QUERY_CANCELED = "57014"
-_cursor = pipeline.statement_cursor  # Django's cursor, or the server-binding one (``prepared``; teardown too)
 
 
 def dumps(value: Any) -> str:
@@ -67,14 +55,14 @@ def cursor() -> Iterator[Any]:
 
 
 def fetchone(sql: str, params: Params = (), *, prepared: bool = False) -> tuple[Any, ...] | None:
-    with _cursor(prepared) as cur:
-        run(cur, sql, params)
+    with pipeline.statement_cursor(prepared) as cur:
+        pipeline.run(cur, sql, params)
         return pipeline.first_row(cur, sql)
 
 
 def fetchall(sql: str, params: Params = (), *, prepared: bool = False) -> list[tuple[Any, ...]]:
-    with _cursor(prepared) as cur:
-        run(cur, sql, params)
+    with pipeline.statement_cursor(prepared) as cur:
+        pipeline.run(cur, sql, params)
         rows = cur.fetchall()
         if not rows:
             return []
@@ -83,8 +71,8 @@ def fetchall(sql: str, params: Params = (), *, prepared: bool = False) -> list[t
 
 
 def fetchdicts(sql: str, params: Params = (), *, prepared: bool = False) -> list[dict[str, Any]]:
-    with _cursor(prepared) as cur:
-        run(cur, sql, params)
+    with pipeline.statement_cursor(prepared) as cur:
+        pipeline.run(cur, sql, params)
         rows = cur.fetchall()
         if not rows:
             return []
@@ -98,8 +86,8 @@ def fetchdict(sql: str, params: Params = (), *, prepared: bool = False) -> dict[
 
 
 def execute(sql: str, params: Params = (), *, prepared: bool = False) -> int:
-    with _cursor(prepared) as cur:
-        run(cur, sql, params)
+    with pipeline.statement_cursor(prepared) as cur:
+        pipeline.run(cur, sql, params)
         return int(cur.rowcount)
 
 
@@ -199,7 +187,7 @@ def execute_fenced_and_commit(statements: Sequence[tuple[str, Sequence[Any]]]) -
         params.extend(p)
     sql = "WITH " + ", ".join(parts) + " SELECT workflow_claim_fence((SELECT count(*) FROM s0))"
     try:
-        with _cursor(True) as cur:
+        with pipeline.statement_cursor(True) as cur:
             pipeline.last_and_commit(cur, sql, params)
     except DatabaseError as exc:
         if sqlstate(exc) == CLAIM_FENCE_FAILED:

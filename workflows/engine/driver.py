@@ -14,6 +14,7 @@ from workflows.engine import db, nodes, observers, sql, timers, waits, wakeups
 from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
 from workflows.engine.evaluate import apply_set
 from workflows.engine.nodes.base import BRANCH_DONE, END, WAIT, Next, Outcome
+from workflows.engine.rows import WaitRow
 from workflows.engine.settlement import actor_of, named
 from workflows.models import CommandKind, CommandStatus, RunStatus
 
@@ -45,7 +46,7 @@ def run_from(drive: Drive, step_id: str) -> Outcome:
         return outcome
 
 
-def accepts(wait: dict[str, Any] | None, name: str, branch: str | None = None) -> bool:
+def accepts(wait: WaitRow | None, name: str, branch: str | None = None) -> bool:
     """Whether the (swapped-in) wait accepts the signal; branch addressing is checked by the
     fork/join coordinator before it swaps the branch in."""
     if not wait or wait.get("kind") != "signal":

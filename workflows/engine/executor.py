@@ -13,7 +13,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.db import DatabaseError, close_old_connections, connection, transaction
 
@@ -34,6 +34,7 @@ from workflows.engine import (
     sql,
 )
 from workflows.engine.context import DeadlineExceeded, DeterministicFailure, InitialisationFailed, StepLimitExceeded
+from workflows.engine.rows import CommandRow, RunRow
 from workflows.exceptions import DefinitionError, UnknownTypeName, VersionNotRunnable, WorkflowError
 from workflows.models import ENDED_STATUSES, LIVE_STATUSES, CommandKind, CommandStatus, RunStatus
 
@@ -209,7 +210,7 @@ def _claim_slow(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | N
         run = locks.try_lock_run(head.run_id)
         if run is None:
             return None
-        cmd = db.fetchdict(_HEAD_FOR_CLAIM, [head.id])
+        cmd = cast(CommandRow | None, db.fetchdict(_HEAD_FOR_CLAIM, [head.id]))
         if cmd is None:
             return None
         decision = segment.outcome_of(run, cmd)
@@ -224,7 +225,7 @@ def _claim_slow(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | N
         return token
 
 
-def _settle_at_claim(run: dict[str, Any], cmd: dict[str, Any], decision: str) -> None:
+def _settle_at_claim(run: RunRow, cmd: CommandRow, decision: str) -> None:
     from workflows.engine.context import Drive
 
     drive = Drive.for_run(run, None, settlement.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
@@ -234,7 +235,7 @@ def _settle_at_claim(run: dict[str, Any], cmd: dict[str, Any], decision: str) ->
     settled(run["id"], cmd["id"], cmd["kind"], settle.status)
 
 
-def _dead_letter(run: dict[str, Any], cmd: dict[str, Any]) -> None:
+def _dead_letter(run: RunRow, cmd: CommandRow) -> None:
     from workflows.engine.context import Drive
 
     drive = Drive.for_run(run, None, settlement.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id())
@@ -319,7 +320,7 @@ def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: fl
         with transaction.atomic():
             run = locks.try_lock_run(head.run_id)
             if run is not None:
-                cmd = db.fetchdict(_CLAIMED_COMMAND, [head.id, token])
+                cmd = cast(CommandRow | None, db.fetchdict(_CLAIMED_COMMAND, [head.id, token]))
                 if cmd is None:
                     return
                 if effects.has_marker(head.id, token):
@@ -616,7 +617,7 @@ class _Claiming:
         self.head: Head | None = None
         self.plan: Plan | None = None
 
-    def open(self, remaining_ms: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None, Plan | None]:
+    def open(self, remaining_ms: int) -> tuple[RunRow | None, CommandRow | None, Plan | None]:
         sql = CLAIM_RUN_HEAD.format(async_commit=ASYNC_COMMIT)
         self.marks = outbox.take_marks()
         params = _claim_params(self.run_id, self.token, self.marks)

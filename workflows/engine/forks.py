@@ -21,6 +21,7 @@ from workflows.engine import db, decisions, driver, sql, teardown, timers, waits
 from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
 from workflows.engine.evaluate import apply_set
 from workflows.engine.nodes.base import BRANCH_DONE, END, WAIT, Outcome
+from workflows.engine.rows import CommandRow
 from workflows.engine.settlement import Settle, completed, failure_reason, named, received, reopen
 from workflows.models import BranchStatus, CommandStatus, RunStatus
 
@@ -239,7 +240,7 @@ def continue_in_branch(drive: Drive, branch: dict[str, Any], body: Any) -> Outco
     return decide_join(drive, fork.id)
 
 
-def apply_branch_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
+def apply_branch_signal(drive: Drive, cmd: CommandRow) -> Settle:
     target = cmd["target"] or {}
     name, branch_id = target.get("name", ""), target.get("branch", "")
     branch = find_branch(drive, branch_id)
@@ -257,7 +258,7 @@ def apply_branch_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
     if (
         branch["status"] != BranchStatus.WAITING
         or not driver.accepts(wait, name)
-        or timers.deadline_blocked(drive.run["id"], wait or {}, cmd["recorded_at"])
+        or timers.deadline_blocked(drive.run["id"], wait, cmd["recorded_at"])
     ):
         drive.history.add(
             "SIGNAL_PARKED",
@@ -289,7 +290,7 @@ def apply_branch_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
     return completed(drive, cmd)
 
 
-def route_instance_signal(drive: Drive, cmd: dict[str, Any]) -> Settle | None:
+def route_instance_signal(drive: Drive, cmd: CommandRow) -> Settle | None:
     """An instance-addressed signal while the run waits at a join: deliver it to the one
     waiting branch that accepts it (None when there is not exactly one)."""
     wait = drive.run["wait"] or {}
@@ -303,12 +304,12 @@ def route_instance_signal(drive: Drive, cmd: dict[str, Any]) -> Settle | None:
     ]
     if len(waiting) != 1:
         return None
-    routed = dict(cmd)
+    routed = cmd.copy()
     routed["target"] = {**(cmd["target"] or {}), "branch": waiting[0]["branch_id"]}
     return apply_branch_signal(drive, routed)
 
 
-def apply_branch_completion(drive: Drive, cmd: dict[str, Any], task: dict[str, Any]) -> Settle:
+def apply_branch_completion(drive: Drive, cmd: CommandRow, task: dict[str, Any]) -> Settle:
     branch = find_branch(drive, task["branch_id"])
     target = cmd["target"] or {}
     if branch is None or branch["status"] != BranchStatus.WAITING:

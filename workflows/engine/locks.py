@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 from uuid import UUID
 
 from django.db import DatabaseError, connection
 
 from workflows import conf
 from workflows.engine import db, pipeline, rows, sql
+from workflows.engine.rows import CommandRow, RunRow
 from workflows.exceptions import InstanceNotFound, LockTimeout
 from workflows.models import CommandKind
 
 SQL = sql.load("locks")
-RUN_COLUMNS = rows.RUN_COLUMNS  # (migration's bulk read names the columns through here)
 LOCK_RUN = rows.with_columns(SQL.lock_run)
 RESTORE_LOCK_TIMEOUT = SQL.restore_lock_timeout
 TRY_LOCK_RUN = rows.with_columns(SQL.try_lock_run)
@@ -30,6 +30,9 @@ LOCK_WITH_COMMAND = rows.with_columns(SQL.lock_with_command)
 TASK_OF_COMMAND = SQL.task_of_command
 LOCK_WITH_CLAIMED = rows.with_columns(SQL.lock_with_claimed)
 TASK_OF_CLAIMED = SQL.task_of_claimed
+# what a deciding COMPLETION's run holds beside it, read with the lock (teardown's fragments)
+OPEN_THINGS_BESIDE_THE_DECISION = sql.load("teardown").open_things_beside_the_decision
+OPEN_THINGS_BESIDE_A_CLAIMED_DECISION = sql.load("teardown").open_things_beside_a_claimed_decision
 
 
 @contextmanager
@@ -43,15 +46,15 @@ def _waiting_lock() -> Iterator[None]:
         raise
 
 
-def _locked(data: dict[str, Any] | None) -> dict[str, Any]:
+def _locked(data: dict[str, Any] | None) -> RunRow:
     if data is None:
         raise InstanceNotFound("run not found")
     data.pop("_bound", None)
     data.pop("_kept", None)
-    return data
+    return cast(RunRow, data)
 
 
-def lock_run_and_read(run_id: UUID | str, sql: str, params: list[Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def lock_run_and_read(run_id: UUID | str, sql: str, params: list[Any]) -> tuple[RunRow, dict[str, Any] | None]:
     """:func:`lock_run`, and one read under the lock in the same round trip (the read runs
     after the lock is held, with a snapshot of its own): (run, the read's first row or None)."""
     timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
@@ -63,7 +66,7 @@ def lock_run_and_read(run_id: UUID | str, sql: str, params: list[Any]) -> tuple[
     return _locked(data), row
 
 
-def lock_run(run_id: UUID | str) -> dict[str, Any]:
+def lock_run(run_id: UUID | str) -> RunRow:
     """Take the run's execution lock for the caller's transaction (waits ≤ LOCK_TIMEOUT_MS).
     The caller's lock_timeout is back in force once the lock is held (``LOCK_RUN``)."""
     timeout_ms = conf.get().RECORDING.LOCK_TIMEOUT_MS
@@ -72,7 +75,7 @@ def lock_run(run_id: UUID | str) -> dict[str, Any]:
     return _locked(data)
 
 
-def try_lock_run(run_id: UUID | str, *, first: bool = True) -> dict[str, Any] | None:
+def try_lock_run(run_id: UUID | str, *, first: bool = True) -> RunRow | None:
     """Take the execution lock only if it is free (executor paths never wait). None if busy.
 
     A busy lock raises inside PostgreSQL and aborts the transaction. Executor transactions
@@ -98,12 +101,12 @@ def try_lock_run(run_id: UUID | str, *, first: bool = True) -> dict[str, Any] | 
         raise
     if row is None:
         raise InstanceNotFound("run not found")
-    return dict(zip(cols, row, strict=True))
+    return cast(RunRow, dict(zip(cols, row, strict=True)))
 
 
 def try_lock_run_with_command(
     run_id: Any, command_id: int, token: Any, statement_timeout_ms: int, *, with_task: bool = False
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+) -> tuple[RunRow | None, CommandRow | None]:
     """The segment's first statement: try-lock the run, read our claimed command (None when
     the claim no longer stands) and set the statement deadline. (None, None) when busy.
     ``with_task`` (a COMPLETION) also locks and reads the command's task in the same round
@@ -111,14 +114,12 @@ def try_lock_run_with_command(
     besides that task and its wait's park (``_open_beside``: see ``waits.leave``)."""
     from django.db import transaction
 
-    from workflows.engine import teardown
-
     statements: list[tuple[str, Any]] = [
         (LOCK_WITH_COMMAND, [f"{int(statement_timeout_ms)}ms", command_id, token, command_id, run_id])
     ]
     if with_task:
         statements.append((TASK_OF_COMMAND, [command_id]))
-        statements.append((teardown.OPEN_THINGS_BESIDE_THE_DECISION, {"r": run_id, "c": command_id}))
+        statements.append((OPEN_THINGS_BESIDE_THE_DECISION, {"r": run_id, "c": command_id}))
     try:
         rows = pipeline.fetchdict_batch(statements)
     except DatabaseError as exc:
@@ -130,9 +131,7 @@ def try_lock_run_with_command(
     return _locked_with_command(rows, with_task=with_task)
 
 
-def _locked_with_command(
-    rows: list[dict[str, Any] | None], *, with_task: bool
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _locked_with_command(rows: list[dict[str, Any] | None], *, with_task: bool) -> tuple[RunRow, CommandRow | None]:
     data = rows[0]
     if data is None:
         raise InstanceNotFound("run not found")
@@ -149,7 +148,7 @@ def _locked_with_command(
         for key in ("recorded_at", "fire_at"):
             if command.get(key):
                 command[key] = datetime.fromisoformat(command[key])
-    return data, command
+    return cast(RunRow, data), cast(CommandRow | None, command)
 
 
 class Claimed(NamedTuple):
@@ -157,8 +156,8 @@ class Claimed(NamedTuple):
     was busy) and the claimed command (None when no command holds the token)."""
 
     claim: dict[str, Any] | None
-    run: dict[str, Any] | None
-    command: dict[str, Any] | None
+    run: RunRow | None
+    command: CommandRow | None
     error: DatabaseError | None  # a failure after the claim (the claim stands)
 
 
@@ -169,15 +168,13 @@ def claim_and_lock(claim_sql: str, claim_params: Any, run_id: Any, token: Any, s
     one round trip. Raises when the claim itself failed (nothing committed)."""
     from django.db import transaction
 
-    from workflows.engine import teardown
-
     params = {"r": run_id, "t": token}
     claim, rows, error = pipeline.committed_then_batch(
         (claim_sql, claim_params),
         [
             (LOCK_WITH_CLAIMED, {**params, "timeout": f"{int(statement_timeout_ms)}ms"}),
             (TASK_OF_CLAIMED, params),
-            (teardown.OPEN_THINGS_BESIDE_A_CLAIMED_DECISION, params),
+            (OPEN_THINGS_BESIDE_A_CLAIMED_DECISION, params),
         ],
     )
     if error is not None:

@@ -23,6 +23,7 @@ from workflows.engine import db, locks, recording, sql, teardown, wakeups
 from workflows.engine.actors import Actor
 from workflows.engine.context import Drive
 from workflows.engine.recording import Recorded
+from workflows.engine.rows import RunRow
 from workflows.exceptions import (
     AlreadyMovedOn,
     CommandNotFound,
@@ -105,7 +106,7 @@ def reconcile_command(*, command_id: Any, action: str, reason: str, actor: Actor
     return Recorded(str(run["id"]), cmd["id"], cmd["kind"], CommandStatus.PENDING, cmd["seq"])
 
 
-def moved_on(run: dict[str, Any], *, seen_state_version: int, seen_history_seq: int) -> bool:
+def moved_on(run: RunRow, *, seen_state_version: int, seen_history_seq: int) -> bool:
     """Whether a locked run went on since an operator saw it: it no longer waits, its state
     changed, or it took a step (a DECISION was logged) after the history they saw.
 

@@ -17,6 +17,7 @@ from workflows import conf
 from workflows.engine import bounds, commands, db, locks, observers, pipeline, sql, teardown, wakeups
 from workflows.engine.actors import NONE, Actor, sanitise
 from workflows.engine.context import Drive
+from workflows.engine.rows import RunQueue
 from workflows.engine.settlement import named
 from workflows.exceptions import (
     IdempotencyConflict,
@@ -109,7 +110,15 @@ def _last(
     return db.fetchone(*statement, prepared=True)
 
 
-COMMAND_RETURNING = " RETURNING id, recorded_at, available_at, fire_at"
+# a START and its run row in one statement: the run's insert as a data-modifying CTE, the
+# command's row selected from it (``commands.SQL.insert_selected``)
+START_WITH_RUN = (
+    f"WITH {SQL.start_admission}, r AS ({SQL.start_run}), "
+    f"c AS ({commands.SQL.insert_selected} FROM r {commands.SQL.insert_returning}) {SQL.start_answer}"
+)
+# a COMPLETION and its task's reservation in one statement: the reservation names the command
+# the CTE ``c`` inserts
+COMPLETE_RESERVING = f"{commands.SQL.insert_counted}, {SQL.reserve_task} SELECT * FROM c"
 
 
 # --- start ---------------------------------------------------------------------------------
@@ -181,8 +190,8 @@ def start(
     ]
     # the run row already counts the START's position (next_seq 2): no second write of it;
     # both rows go in one statement (the run's insert as a data-modifying CTE)
-    run = {"id": run_id, "next_seq": 1, "open_signals": 0}
-    statement, params, seq = commands.insert_statement(
+    run: RunQueue = {"id": run_id, "next_seq": 1, "open_signals": 0}
+    _, params, seq = commands.insert_statement(
         run,
         kind=CommandKind.START,
         actor=actor,
@@ -196,17 +205,7 @@ def start(
     # retirement committed since the selection read is seen (READ COMMITTED), and none can
     # commit before this start does; above READ COMMITTED the row lock (``fence``) turns a
     # change after the caller's snapshot into a serialization failure (retryable)
-    assert (
-        statement.startswith("INSERT INTO workflow_commands")
-        and ") VALUES (" in statement
-        and statement.endswith(COMMAND_RETURNING)
-    )
-    command_row = statement.replace(") VALUES (", ") SELECT ", 1)[: -len(COMMAND_RETURNING)]
-    both = (
-        f"WITH {SQL.start_admission}, r AS ({SQL.start_run}), c AS ({command_row[:-1]} FROM r{COMMAND_RETURNING}) "
-        + SQL.start_answer,
-        [*pin, *pin, *run_params, *params],
-    )
+    both = (START_WITH_RUN, [*pin, *pin, *run_params, *params])
     _absent(actor, CommandKind.START)
     lock = (store.LOCK_DEFINITION_ID_SHARED, [store.definition_lock_key(definition_id)])
     row = _last(both, idempotency_key, before=[lock])
@@ -389,7 +388,7 @@ def complete_task(
         "subject_version": subject_version,
         "completed_by": actor.id or actor.reason,
     }
-    statement, params, seq = commands.insert_statement(
+    _, params, seq = commands.insert_statement(
         run,
         kind=CommandKind.COMPLETION,
         actor=actor,
@@ -399,11 +398,7 @@ def complete_task(
         fp=fp,
         persist_counters=True,
     )
-    # the command and the task's reservation in one statement: the reservation names the
-    # command the statement's CTE ``c`` inserts
-    tail = " SELECT * FROM c"
-    assert statement.endswith(tail)
-    both = (f"{statement[: -len(tail)]}, {SQL.reserve_task}{tail}", [*params, task_id])
+    both = (COMPLETE_RESERVING, [*params, task_id])
     _absent(actor, CommandKind.COMPLETION)
     cmd = commands.inserted(_last(both, idempotency_key), seq, CommandKind.COMPLETION)
     if idempotency_key:

@@ -68,6 +68,32 @@ class RunRow(TypedDict):
     attribution_status: str
 
 
+class RunQueue(TypedDict):
+    """What queuing a command or a timer reads and counts on a run: a locked ``RunRow``, or
+    the counters of a run inserted in the same statement as its START."""
+
+    id: Any
+    next_seq: int
+    open_signals: int
+
+
+class RunLink(TypedDict):
+    """A run's place in a call chain (``teardown.waiting_callers``): a ``RunRow``, or just the
+    called run's id and its caller's."""
+
+    id: Any
+    parent_run_id: Any
+
+
+class CommandRef(TypedDict):
+    """What a command's history entries name (``settlement.received``): a ``CommandRow``, or
+    a command built in memory (a bulk migration's MIGRATION)."""
+
+    id: int
+    kind: str
+    seq: int
+
+
 class CommandRow(TypedDict):
     """A ``workflow_commands`` row as a segment reads it (``COMMAND_COLUMNS``), and what the
     segment's lock adds to a claimed command (the keys starting with ``_``)."""

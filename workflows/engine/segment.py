@@ -30,8 +30,8 @@ from workflows.engine import (
     migration,
     observers,
     outcomes,
+    pipeline,
     sql,
-    teardown,
     timers,
     wakeups,
 )
@@ -45,9 +45,10 @@ from workflows.engine.context import (
 )
 from workflows.engine.evaluate import evaluate
 from workflows.engine.nodes.base import WAIT
+from workflows.engine.rows import CommandRow, RunRow
 from workflows.engine.settlement import REQUEUE, Settle, actor_of, completed, failure_reason, named, received, reopen
 from workflows.exceptions import ExpressionFailed
-from workflows.models import CommandKind, CommandStatus, RunStatus, TaskStatus
+from workflows.models import ENDED_STATUSES, CommandKind, CommandStatus, RunStatus, TaskStatus
 
 
 class Busy(Exception):
@@ -59,7 +60,6 @@ class Fenced(Exception):
 
 
 SQL = sql.load("segment")
-COMMAND_COLUMNS = SQL.command_columns
 
 
 def run(
@@ -98,7 +98,7 @@ def run(
 
 
 # (milliseconds left) -> (the locked run or None, the command or None, its plan)
-Opening = Callable[[int], tuple[dict[str, Any] | None, dict[str, Any] | None, Plan | None]]
+Opening = Callable[[int], tuple[RunRow | None, CommandRow | None, Plan | None]]
 
 
 class _Claim(NamedTuple):
@@ -153,8 +153,8 @@ def _run(
                 (cmd["target"] or {}).get("resolved_step", "") if cmd["kind"] != CommandKind.SIGNAL else ""
             )
         # without savepoints, writes nobody reads before the commit (outbox intents) travel
-        # with the segment's next statement (``db.defer``); with savepoints each is sent at once
-        with db.deferring() if optimistic else nullcontext():
+        # with the segment's next statement (``pipeline.defer``); with savepoints each is sent at once
+        with pipeline.deferring() if optimistic else nullcontext():
             settle = apply(drive, cmd)
             faults.point("before_settle")
             faults.segment_settling(segment_log, command_id, token, settle.status)
@@ -166,7 +166,7 @@ def _run(
         return settle
 
 
-def settlement(drive: Drive, cmd: dict[str, Any], settle: Settle) -> tuple[str, list[Any]]:
+def settlement(drive: Drive, cmd: CommandRow, settle: Settle) -> tuple[str, list[Any]]:
     """The executing command's settlement, fenced on its token."""
     if settle.status == REQUEUE:
         # a due date or reminder that met a COMPLETING task: back in the queue, attempt restored
@@ -176,7 +176,7 @@ def settlement(drive: Drive, cmd: dict[str, Any], settle: Settle) -> tuple[str, 
     return SQL.settle, [settle.status, settle.reason, cmd["id"], drive.token]
 
 
-def apply(drive: Drive, cmd: dict[str, Any]) -> Settle:
+def apply(drive: Drive, cmd: CommandRow) -> Settle:
     decision = outcome_of(drive.run, cmd)
     if decision != outcomes.EXECUTE:
         return settle_by_outcome(drive, cmd, decision)
@@ -190,7 +190,7 @@ def _branch_ended(run_id: Any, branch_id: str) -> bool:
     return row is None or row[0] in forks.BRANCH_ENDED
 
 
-def outcome_of(run: dict[str, Any], cmd: dict[str, Any]) -> str:
+def outcome_of(run: RunRow, cmd: CommandRow) -> str:
     """What becomes of ``cmd`` on this (locked) run: the outcome table (``outcomes.decide``),
     with, for a branch-addressed signal on a FAILED run, whether its branch has ended (STALE)
     or may still take it after a retry (PARKED)."""
@@ -208,7 +208,7 @@ def canceller(run_id: Any) -> Actor | None:
     return actor_of(row) if row is not None else None
 
 
-def settle_by_outcome(drive: Drive, cmd: dict[str, Any], decision: str) -> Settle:
+def settle_by_outcome(drive: Drive, cmd: CommandRow, decision: str) -> Settle:
     reason = outcomes.reason(cmd["kind"], drive.run["status"])
     if decision == outcomes.STALE and cmd["kind"] == CommandKind.SIGNAL and drive.run["status"] == RunStatus.FAILED:
         reason = "BRANCH_ENDED: the addressed branch has ended"
@@ -249,7 +249,7 @@ def settle_by_outcome(drive: Drive, cmd: dict[str, Any], decision: str) -> Settl
 # --- START -------------------------------------------------------------------------------
 
 
-def _apply_start(drive: Drive, cmd: dict[str, Any]) -> Settle:
+def _apply_start(drive: Drive, cmd: CommandRow) -> Settle:
     plan = drive.plan
     assert plan is not None
     if drive.run["status"] != RunStatus.PENDING:
@@ -301,7 +301,7 @@ def initialise(drive: Drive, payload: Any) -> None:
 # --- SIGNAL ------------------------------------------------------------------------------
 
 
-def _apply_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
+def _apply_signal(drive: Drive, cmd: CommandRow) -> Settle:
     plan = drive.plan
     assert plan is not None
     target = cmd["target"] or {}
@@ -344,7 +344,7 @@ def _apply_signal(drive: Drive, cmd: dict[str, Any]) -> Settle:
 # --- COMPLETION ----------------------------------------------------------------------------
 
 
-def _apply_completion(drive: Drive, cmd: dict[str, Any]) -> Settle:
+def _apply_completion(drive: Drive, cmd: CommandRow) -> Settle:
     plan = drive.plan
     assert plan is not None
     if "_task" in cmd:  # read and locked with the run (segment.run)
@@ -377,7 +377,7 @@ def _apply_completion(drive: Drive, cmd: dict[str, Any]) -> Settle:
 # --- RETRY ---------------------------------------------------------------------------------
 
 
-def _apply_retry(drive: Drive, cmd: dict[str, Any]) -> Settle:
+def _apply_retry(drive: Drive, cmd: CommandRow) -> Settle:
     plan = drive.plan
     assert plan is not None
     run = drive.run
@@ -412,7 +412,7 @@ def _apply_retry(drive: Drive, cmd: dict[str, Any]) -> Settle:
         driver.after_drive(drive, outcome)
         if run["status"] == RunStatus.WAITING:
             forks.drain_waiting_branches(drive)  # back at a join: the parked signals of its waiting branches
-    if drive.run["status"] in teardown.ENDED:
+    if drive.run["status"] in ENDED_STATUSES:
         return completed(drive, cmd)
     offered = db.fetchall(SQL.reoffer_dead, [run["id"]])
     drive.run["open_signals"] = int(drive.run["open_signals"]) + sum(1 for (k,) in offered if k == CommandKind.SIGNAL)
@@ -424,7 +424,7 @@ def _apply_retry(drive: Drive, cmd: dict[str, Any]) -> Settle:
     return completed(drive, cmd)
 
 
-APPLY: dict[str, Callable[[Drive, dict[str, Any]], Settle]] = {
+APPLY: dict[str, Callable[[Drive, CommandRow], Settle]] = {
     CommandKind.START: _apply_start,
     CommandKind.SIGNAL: _apply_signal,
     CommandKind.COMPLETION: _apply_completion,

@@ -7,11 +7,13 @@ handler all settle commands, and none of them imports another to do it.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from workflows.engine import db, sql
 from workflows.engine.actors import Actor
 from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
+from workflows.engine.rows import CommandRef, CommandRow
 from workflows.models import ActorKind, AttributionStatus, CommandStatus
 
 SQL = sql.load("settlement")
@@ -38,7 +40,7 @@ def named(name: str) -> str:
     return name if _PLAIN.match(name or "") else "[unnamed]"
 
 
-def actor_of(row: dict[str, Any]) -> Actor:
+def actor_of(row: Mapping[str, Any]) -> Actor:
     """The actor recorded on a command row (or a history row: the same columns)."""
     return Actor(
         kind=row.get("actor_kind") or ActorKind.NONE,
@@ -49,7 +51,7 @@ def actor_of(row: dict[str, Any]) -> Actor:
     )
 
 
-def received(drive: Drive, cmd: dict[str, Any], payload: Any = None) -> None:
+def received(drive: Drive, cmd: CommandRef, payload: Any = None) -> None:
     drive.history.add(
         "COMMAND_RECEIVED",
         command_id=cmd["id"],
@@ -58,7 +60,7 @@ def received(drive: Drive, cmd: dict[str, Any], payload: Any = None) -> None:
     )
 
 
-def completed(drive: Drive, cmd: dict[str, Any]) -> Settle:
+def completed(drive: Drive, cmd: CommandRef) -> Settle:
     drive.history.add("COMMAND_COMPLETED", command_id=cmd["id"], actor=drive.actor)
     return Settle(CommandStatus.COMPLETE)
 
@@ -71,6 +73,6 @@ def failure_reason(exc: BaseException) -> str:
     return "DETERMINISTIC_FAILURE: the command failed"
 
 
-def reopen(cmd: dict[str, Any]) -> None:
+def reopen(cmd: CommandRow) -> None:
     """The task a rejected COMPLETION had reserved is open again."""
     db.execute(SQL.reopen_task, [cmd["task_id"], cmd["id"]])

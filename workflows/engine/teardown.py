@@ -25,15 +25,15 @@ from typing import Any
 
 from django.utils import timezone
 
-from workflows.engine import commands, db, locks, observers, outbox, sql
+from workflows.engine import commands, db, locks, observers, outbox, pipeline, sql
 from workflows.engine.actors import Actor, sanitise
 from workflows.engine.context import Drive
+from workflows.engine.rows import RunLink, RunRow
 from workflows.engine.settlement import actor_of
 from workflows.models import ENDED_STATUSES, CommandKind, CommandStatus, RunStatus, TaskStatus
 
 SQL = sql.load("teardown")
 
-ENDED = ENDED_STATUSES
 # the caller's side of a called run cancelled under it (history of the caller)
 CALLED_RUN_CANCELLED = "called run cancelled"
 
@@ -51,15 +51,10 @@ def _withdraw_tasks(drive: Drive, *, status: str) -> None:
         )
 
 
-# read by ``locks`` with the run's lock (see the statements' descriptions)
-OPEN_THINGS_BESIDE_THE_DECISION = SQL.open_things_beside_the_decision
-OPEN_THINGS_BESIDE_A_CLAIMED_DECISION = SQL.open_things_beside_a_claimed_decision
-
-
 def open_things(run_id: Any) -> dict[str, bool]:
     """What an ending run still holds, in one read, so the teardown writes only what it must."""
-    with db._cursor(True) as cur:
-        db.run(cur, SQL.open_things, {"r": run_id})
+    with pipeline.statement_cursor(True) as cur:
+        pipeline.run(cur, SQL.open_things, {"r": run_id})
         cols = [c[0] for c in cur.description]
         return dict(zip(cols, cur.fetchone(), strict=True))
 
@@ -105,13 +100,13 @@ def end_run(drive: Drive, status: str, *, how: str = "ended", code: str = "", me
     the run elsewhere and keeps the wait it failed in.)"""
     run = drive.run
     run["status"] = status
-    if status in ENDED or status == RunStatus.FAILED:
-        if status in ENDED:
+    if status in ENDED_STATUSES or status == RunStatus.FAILED:
+        if status in ENDED_STATUSES:
             run["ended_at"] = timezone.now()
         # read with the wait's leaving when the run went straight from it to its end
         found, drive.open_things = drive.open_things or open_things(run["id"]), None
         _close_everything(drive, how=how, task_status=TaskStatus.WITHDRAWN, found=found)
-        if found["settle"] and status in ENDED:
+        if found["settle"] and status in ENDED_STATUSES:
             settle_parked_and_dead(drive, status=CommandStatus.REJECTED, reason="INSTANCE_ENDED: the run has ended")
         if found["children"]:
             _teardown_children(drive, reason="caller failed" if status == RunStatus.FAILED else "caller ended")
@@ -119,7 +114,7 @@ def end_run(drive: Drive, status: str, *, how: str = "ended", code: str = "", me
         run["failure_code"] = code[:64]
         run["failure_message"] = message[:4000]
     drive.ended_now = True
-    if run.get("parent_run_id") and status in (*ENDED, RunStatus.FAILED):
+    if run.get("parent_run_id") and status in (*ENDED_STATUSES, RunStatus.FAILED):
         outbox.resume_parent(drive, status=status)
 
 
@@ -136,7 +131,7 @@ def _teardown_children(drive: Drive, *, reason: str, spare: Any = None, only: li
         if spare is not None and str(child_id) == str(spare):
             continue
         child = locks.lock_run(child_id)
-        if child["status"] in ENDED:
+        if child["status"] in ENDED_STATUSES:
             continue  # ended between the read and the lock
         cancel_locked(child, actor=drive.actor, reason=reason, executor_id=drive.executor_id)
 
@@ -150,13 +145,13 @@ def cancel_branch_children(drive: Drive, branches: list[dict[str, Any]], *, reas
 # --- a called run cancelled: its caller too --------------------------------------------------
 
 
-def lock_callers(run_id: Any) -> dict[str, dict[str, Any]]:
+def lock_callers(run_id: Any) -> dict[str, RunRow]:
     """Lock the live runs above ``run_id`` in its call chain, the topmost first, before the run
     itself is locked: the lock order is caller → child everywhere (teardown goes down)."""
     return {str(caller_id): locks.lock_run(caller_id) for (caller_id,) in db.fetchall(SQL.ancestors, [run_id])}
 
 
-def _waits_on(caller: dict[str, Any], child_id: Any) -> bool:
+def _waits_on(caller: RunRow, child_id: Any) -> bool:
     if caller["status"] != RunStatus.WAITING:
         return False
     wait = caller.get("wait") or {}
@@ -165,10 +160,10 @@ def _waits_on(caller: dict[str, Any], child_id: Any) -> bool:
     return db.fetchone(SQL.branch_waits_on, [caller["id"], str(child_id)]) is not None
 
 
-def waiting_callers(run: dict[str, Any], callers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def waiting_callers(run: RunLink, callers: dict[str, RunRow]) -> list[RunRow]:
     """The runs waiting on ``run`` at a call, and on those, up the chain: nearest first."""
-    chain: list[dict[str, Any]] = []
-    below = run
+    chain: list[RunRow] = []
+    below: RunLink = run
     while below.get("parent_run_id"):
         caller = callers.get(str(below["parent_run_id"]))
         if caller is None or not _waits_on(caller, below["id"]):
@@ -178,7 +173,7 @@ def waiting_callers(run: dict[str, Any], callers: dict[str, dict[str, Any]]) -> 
     return chain
 
 
-def cancel_with_callers(run: dict[str, Any], callers: dict[str, dict[str, Any]], *, actor: Actor, reason: str) -> Drive:
+def cancel_with_callers(run: RunRow, callers: dict[str, RunRow], *, actor: Actor, reason: str) -> Drive:
     """Cancel ``run`` and every run waiting on it at a call, callers first (all locked by
     ``lock_callers`` and ``locks.lock_run`` in that order)."""
     chain = waiting_callers(run, callers)
@@ -188,7 +183,7 @@ def cancel_with_callers(run: dict[str, Any], callers: dict[str, dict[str, Any]],
     return cancel_locked(run, actor=actor, reason=reason)
 
 
-def cancel_locked(run: dict[str, Any], *, actor: Actor, reason: str, executor_id: str = "", spare: Any = None) -> Drive:
+def cancel_locked(run: RunRow, *, actor: Actor, reason: str, executor_id: str = "", spare: Any = None) -> Drive:
     """Cancel a run whose execution lock the caller holds (the teardown of ``cancel``); its
     called runs go with it (but ``spare``, see ``cancel_with_callers``)."""
     drive = Drive.for_run(run, None, actor, executor_id=executor_id)

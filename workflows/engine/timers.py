@@ -23,6 +23,7 @@ from workflows.engine.actors import TIMER
 from workflows.engine.context import Drive
 from workflows.engine.evaluate import apply_set
 from workflows.engine.nodes.base import WAIT
+from workflows.engine.rows import CommandRow, RunQueue, RunRow, WaitRow
 from workflows.engine.settlement import REQUEUE, Settle, completed, received
 from workflows.models import BranchStatus, CommandKind, CommandStatus, RunStatus, TaskStatus, Timer, TimerKind
 
@@ -33,7 +34,7 @@ SQL = sql.load("timers")
 
 
 def statement(
-    run: dict[str, Any],
+    run: RunQueue,
     *,
     timer_kind: str,
     step: str,
@@ -100,21 +101,21 @@ def armed(row: tuple[Any, ...] | None, seq: int) -> dict[str, Any]:
     return {"id": row[0], "timer_id": row[1], "fire_at": row[2], "seq": seq}
 
 
-def insert(run: dict[str, Any], **spec: Any) -> dict[str, Any]:
+def insert(run: RunQueue, **spec: Any) -> dict[str, Any]:
     """A timer row and the TIMER command that fires it, inserted together in one statement
     (logged as SYSTEM; ``statement`` names the fields)."""
     sql_text, params, seq = statement(run, **spec)
     return armed(db.fetchone(sql_text, params, prepared=True), seq)
 
 
-def arm(drive: Drive, wait: dict[str, Any], **spec: Any) -> dict[str, Any]:
+def arm(drive: Drive, wait: WaitRow, **spec: Any) -> dict[str, Any]:
     """A timer of the wait being entered (in the drive's branch, if any): inserted, listed on
     the wait, and a wake-up asked for its fire time."""
     spec.setdefault("branch_id", drive.branch_id)
     return waits.timer_added(drive, wait, insert(drive.run, **spec))
 
 
-def rearm(run: dict[str, Any], timer: dict[str, Any]) -> dict[str, Any]:
+def rearm(run: RunRow, timer: dict[str, Any]) -> dict[str, Any]:
     """A new TIMER command for an existing timer row, keeping its original fire time."""
     seq = commands.next_seq(run)
     target = {"step": timer["step"], "timer": timer["id"]}
@@ -145,7 +146,7 @@ def rearm(run: dict[str, Any], timer: dict[str, Any]) -> dict[str, Any]:
     return {"id": row[0], "seq": seq, "fire_at": timer["fire_at"]}
 
 
-def rearm_failed(run: dict[str, Any]) -> None:
+def rearm_failed(run: RunRow) -> None:
     """A run that failed while it waited returns to that wait: its failed timers, once more."""
     for timer in db.fetchdicts(SQL.to_rearm, [run["id"]]):
         rearm(run, timer)
@@ -154,10 +155,10 @@ def rearm_failed(run: dict[str, Any]) -> None:
 # --- the deadline rule ---------------------------------------------------------------------
 
 
-def deadline_blocked(run_id: Any, wait: dict[str, Any], recorded_at: Any) -> bool:
+def deadline_blocked(run_id: Any, wait: WaitRow | None, recorded_at: Any) -> bool:
     """A signal recorded at or after its wait's timeout fire time never applies there while
     the timeout is pending, deferred, claimed or dead-lettered (or already fired)."""
-    timer_id = wait.get("timeout")
+    timer_id = wait.get("timeout") if wait else None
     if not timer_id:
         return False
     return db.fetchone(SQL.deadline_blocked, [timer_id, recorded_at]) is not None
@@ -166,7 +167,7 @@ def deadline_blocked(run_id: Any, wait: dict[str, Any], recorded_at: Any) -> boo
 # --- firing ----------------------------------------------------------------------------------
 
 
-def apply(drive: Drive, cmd: dict[str, Any]) -> Settle:
+def apply(drive: Drive, cmd: CommandRow) -> Settle:
     """A TIMER command's segment: fire its timer at the run's wait, or at its branch's."""
     timer = db.fetchdict(SQL.lock, [cmd["timer_id"]])
     if timer is None or timer["status"] != Timer.Status.SCHEDULED or timer["command_id"] != cmd["id"]:
@@ -183,7 +184,7 @@ def apply(drive: Drive, cmd: dict[str, Any]) -> Settle:
     return settle
 
 
-def _fire_in_branch(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any]) -> Settle:
+def _fire_in_branch(drive: Drive, cmd: CommandRow, timer: dict[str, Any]) -> Settle:
     from workflows.engine import driver, forks
 
     branch = forks.find_branch(drive, timer["branch_id"])
@@ -206,7 +207,7 @@ def _fire_in_branch(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any]) ->
     return settle
 
 
-def fire(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any]) -> Settle:
+def fire(drive: Drive, cmd: CommandRow, timer: dict[str, Any]) -> Settle:
     """Fire a timer at the (swapped-in) wait; the outcome of the drive is left in
     ``drive.last_outcome`` so the caller can apply parked signals or decide a join."""
     from workflows.engine import driver
@@ -289,7 +290,7 @@ def _fired(timer: dict[str, Any]) -> None:
     db.execute(SQL.fired, [timer["id"]])
 
 
-def _remind(drive: Drive, cmd: dict[str, Any], timer: dict[str, Any], stale: Callable[[str], Settle]) -> Settle:
+def _remind(drive: Drive, cmd: CommandRow, timer: dict[str, Any], stale: Callable[[str], Settle]) -> Settle:
     task = db.fetchdict(SQL.lock_reminded_task, [timer["task_id"]])
     if task is not None and task["status"] == TaskStatus.COMPLETING:
         return Settle(REQUEUE)  # held back behind the completion; keeps its place and fire time

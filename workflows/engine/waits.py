@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection
 
-from workflows.engine import commands, db, sql, teardown, wakeups
+from workflows.engine import commands, db, pipeline, sql, teardown, wakeups
 from workflows.engine.context import Drive
+from workflows.engine.rows import WaitRow
 from workflows.models import RunStatus
 
 SQL = sql.load("waits")
@@ -30,7 +31,7 @@ def park_statement(
 
 # Park ids drawn ahead from the parks' own sequence, a block at a time, for this process: a
 # park whose id is known before its insert needs no answer, so a waiting node's writes can
-# travel with the segment's settlement (``db.defer``) instead of a round trip of their own.
+# travel with the segment's settlement (``pipeline.defer``) instead of a round trip of their own.
 # An id is used once or lost (a rolled-back insert leaves a gap, as the sequence would). The
 # block belongs to this process and database: a forked child, or a connection to another
 # database, draws its own.
@@ -99,10 +100,10 @@ def close_park(park_id: int | None, how: str, **moved: Any) -> None:
 
 def enter(
     drive: Drive, *, step: str, kind: str, park_kind: str, outcome: str, park_id: int | None = None, **details: Any
-) -> dict[str, Any]:
+) -> WaitRow:
     """Enter a wait: its park (``park_id`` when the caller inserted it already), the run's
     ``wait`` and the decision that logs it."""
-    wait: dict[str, Any] = {"kind": kind, "step": step, **details}
+    wait = cast(WaitRow, {"kind": kind, "step": step, **details})
     wait["park"] = (
         park_id if park_id is not None else open_park(drive, node=step, kind=park_kind, branch_id=drive.branch_id)
     )
@@ -113,7 +114,7 @@ def enter(
     return wait
 
 
-def timer_added(drive: Drive, wait: dict[str, Any], timer: dict[str, Any]) -> dict[str, Any]:
+def timer_added(drive: Drive, wait: WaitRow, timer: dict[str, Any]) -> dict[str, Any]:
     """A timer inserted for this wait: listed on it, and a wake-up asked for its fire time."""
     wait.setdefault("timers", []).append(timer["timer_id"])
     wakeups.wake(drive.run["id"], timer["fire_at"])
@@ -127,15 +128,15 @@ def leave(
     keep_timer: int | None = None,
     along: Sequence[tuple[str, Any]] = (),
     read_open_things: bool = False,
-) -> dict[str, Any] | None:
+) -> WaitRow | None:
     """Leave the current wait: close its park and cancel its timers (except the one firing).
     ``along``: the caller's own writes on other tables, in the same statement as the park's.
     ``read_open_things``: the caller goes straight on to end the run; what the run still holds
-    (``teardown.OPEN_THINGS``) is read in the same round trip, after the writes, and kept for
+    (``teardown.SQL.open_things``) is read in the same round trip, after the writes, and kept for
     ``teardown.end_run`` (``drive.open_things``) — unless timers are still to be cancelled.
     A COMPLETION read it with the run's lock (``drive.open_things_beside``: all but the park
     and the task its writes close): the writes then travel with the segment's next statement
-    (``db.defer``)."""
+    (``pipeline.defer``)."""
     wait = drive.run.get("wait")
     park = close_park_statement(wait.get("park"), how) if wait else None
     statements = ([park] if park is not None else []) + list(along)
@@ -145,11 +146,12 @@ def leave(
     beside, drive.open_things_beside = drive.open_things_beside, None
     if statements and read_open_things and not timer_ids and beside is not None:
         drive.open_things = beside
-        db.defer(statements[0][0], statements[0][1], _sent)
+        pipeline.defer(statements[0][0], statements[0][1], _sent)
     elif statements and read_open_things and not timer_ids:
-        drive.open_things = db.fetchdict_batch([*statements, (teardown.SQL.open_things, {"r": drive.run["id"]})])[-1]
+        read = (teardown.SQL.open_things, {"r": drive.run["id"]})
+        drive.open_things = pipeline.fetchdict_batch([*statements, read])[-1]
     elif statements:
-        db.execute_batch(statements)
+        pipeline.execute_batch(statements)
     if not wait:
         return None
     if timer_ids:
@@ -165,7 +167,7 @@ def _sent(_row: tuple[Any, ...] | None) -> None:
     """A deferred write nobody reads the answer of."""
 
 
-def close_branch_wait(drive: Drive, wait: dict[str, Any] | None, how: str) -> None:
+def close_branch_wait(drive: Drive, wait: WaitRow | None, how: str) -> None:
     """Close a (non-current) branch wait: its park and its timers."""
     if not wait:
         return

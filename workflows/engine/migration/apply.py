@@ -11,17 +11,25 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.db import DatabaseError, transaction
 
 from workflows import conf
-from workflows.engine import db, locks, observers, sql, teardown, wakeups
+from workflows.engine import db, observers, rows, sql, wakeups
 from workflows.engine.actors import Actor
 from workflows.engine.migration import bulk
 from workflows.engine.migration.handler import actor_label, parked_at
+from workflows.engine.rows import RunRow
 from workflows.exceptions import InvalidPayload, MigrationIllegalState, Violation
-from workflows.models import ActorKind, CommandKind, MigrationItemStatus, MigrationRecordStatus, RunStatus
+from workflows.models import (
+    ENDED_STATUSES,
+    ActorKind,
+    CommandKind,
+    MigrationItemStatus,
+    MigrationRecordStatus,
+    RunStatus,
+)
 
 log = logging.getLogger("workflows.engine")
 SQL = sql.load("migration_apply")
@@ -106,8 +114,7 @@ def apply_batch(*, record_id: int, actor: Actor, confirm: int | None = None, lim
 # busy (a segment, an approver's completion, a cancel) is skipped and stays for the next Apply,
 # so this never waits for one run's lock while holding others.
 LOCK_BATCH = (
-    f"SELECT {locks.RUN_COLUMNS} FROM workflow_runs WHERE id = ANY(%s::uuid[]) "
-    "ORDER BY id FOR NO KEY UPDATE SKIP LOCKED"
+    f"SELECT {rows.RUN_COLUMNS} FROM workflow_runs WHERE id = ANY(%s::uuid[]) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED"
 )
 
 
@@ -117,15 +124,15 @@ def _record_batch(
     """The checks of ``recording.migrate`` (ended, scope, pending migration) and the position
     check, for a whole batch in four statements; answers (item id, status, detail, command id)."""
     ids = [str(i["run_id"]) for i in items]
-    locked = {str(r["id"]): r for r in db.fetchdicts(LOCK_BATCH, [ids])}
+    locked = {str(r["id"]): cast(RunRow, r) for r in db.fetchdicts(LOCK_BATCH, [ids])}
     pending = {str(r[0]) for r in db.fetchall(SQL.migrations_pending, [list(locked)])} if locked else set()
     outcomes: list[tuple[int, str, str, int | None]] = []
-    chosen: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    chosen: list[tuple[dict[str, Any], RunRow]] = []
     for item in items:
         run = locked.get(str(item["run_id"]))
         if run is None:
             continue  # busy right now: left SELECTED for the next Apply
-        if run["status"] in teardown.ENDED:
+        if run["status"] in ENDED_STATUSES:
             outcomes.append((item["id"], MigrationItemStatus.MOVED_ON, "ENDED", None))
         elif run["status"] == RunStatus.FAILED:
             outcomes.append((item["id"], MigrationItemStatus.REJECTED, "INSTANCE_FAILED", None))
@@ -181,8 +188,8 @@ def _record_batch(
 
 
 def _move_set_based(
-    rec: dict[str, Any], chosen: list[tuple[dict[str, Any], dict[str, Any]]], actor: Actor
-) -> tuple[list[tuple[int, str, str, int | None]], list[tuple[dict[str, Any], dict[str, Any]]]]:
+    rec: dict[str, Any], chosen: list[tuple[dict[str, Any], RunRow]], actor: Actor
+) -> tuple[list[tuple[int, str, str, int | None]], list[tuple[dict[str, Any], RunRow]]]:
     """The moves ``bulk`` makes for the batch at once (in a savepoint: a batch it
     cannot write goes the MIGRATION command way whole)."""
     try:

@@ -26,12 +26,13 @@ from typing import Any
 
 from workflows.definitions import plan as p
 from workflows.definitions.plan import Plan
-from workflows.engine import commands, db, history, observers, settlement, sql, timers, waits, wakeups
+from workflows.engine import commands, db, history, observers, pipeline, settlement, sql, timers, waits, wakeups
 from workflows.engine.actors import Actor
 from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.migration.handler import actor_label, handler_for, origin_of, parked_at
 from workflows.engine.nodes import human_task
 from workflows.engine.nodes.timer import delay_of
+from workflows.engine.rows import CommandRef, RunRow
 from workflows.exceptions import WorkflowError
 from workflows.models import (
     CommandKind,
@@ -51,7 +52,7 @@ WAITS = ("task", "timer", "signal")  # the waits a run is moved away from here
 @dataclass
 class _Move:
     item: dict[str, Any]
-    run: dict[str, Any]
+    run: RunRow
     step: p.HumanTaskStep | p.TimerStep
     drive: Drive | None = None
     opening: human_task.Opening | None = None
@@ -65,8 +66,8 @@ class _Move:
 
 
 def move(
-    rec: dict[str, Any], chosen: list[tuple[dict[str, Any], dict[str, Any]]], actor: Actor
-) -> tuple[list[tuple[int, str, str, int | None]], list[tuple[dict[str, Any], dict[str, Any]]]]:
+    rec: dict[str, Any], chosen: list[tuple[dict[str, Any], RunRow]], actor: Actor
+) -> tuple[list[tuple[int, str, str, int | None]], list[tuple[dict[str, Any], RunRow]]]:
     """Move what can be moved set-based; answers the items' outcomes (MOVED with the command)
     and the (item, run) pairs left for MIGRATION commands."""
     from workflows.definitions import cache, schemas
@@ -133,7 +134,7 @@ def _prepare(moves: list[_Move], source: Plan, actor: Actor) -> None:
 
     pointers: dict[Any, Any] = {}  # the redactors are asked once per revision for the batch
     for m in moves:
-        run = dict(m.run)
+        run = m.run.copy()
         drive = Drive.for_run(
             run, source, actor, command_kind=CommandKind.MIGRATION, executor_id=executor.executor_id()
         )
@@ -192,7 +193,7 @@ def _build(moves: list[_Move], rec: dict[str, Any], target: Plan, actor: Actor, 
         run = drive.run
         drive.command_id = m.command_id
         drive.history._command_documents[m.command_id] = [None]  # a MIGRATION carries no payload
-        cmd = {"id": m.command_id, "kind": CommandKind.MIGRATION, "seq": m.seq}
+        cmd: CommandRef = {"id": m.command_id, "kind": CommandKind.MIGRATION, "seq": m.seq}
         settlement.received(drive, cmd)
         for t in m.withdrawn:
             drive.history.add(
@@ -293,7 +294,7 @@ def _write(moves: list[_Move], rec: dict[str, Any], actor: Actor, executor: str)
             ],
         ),
         (SQL.withdraw_tasks, [[str(t["id"]) for m in moves for t in m.withdrawn]]),
-        (commands.CANCEL_TIMERS_BY_ID, [[int(t["id"]) for m in moves for t in m.disarmed]]),
+        (commands.SQL.cancel_timers_by_id, [[int(t["id"]) for m in moves for t in m.disarmed]]),
         (
             SQL.open_parks,
             [
@@ -330,7 +331,7 @@ def _write(moves: list[_Move], rec: dict[str, Any], actor: Actor, executor: str)
         )
     armed = [(m.run["id"], t) for m in moves for t in m.timers]
     statements.append(timers.arm_many_statement(armed))
-    db.execute_batch(statements)
+    pipeline.execute_batch(statements)
     for m in moves:  # the MIGRATION command and the TIMER commands of the timers it disarmed
         observers.settled_on_commit(
             m.run["id"],
@@ -367,7 +368,7 @@ def _save(moves: list[_Move]) -> None:
                 "plan_hash": r["plan_hash"],
             }
         )
-    db.execute_batch([(history.HISTORY_INSERT_MANY, [db.jsonb(rows)]), (SQL.save_runs, [db.jsonb(saved)])])
+    pipeline.execute_batch([(history.HISTORY_INSERT_MANY, [db.jsonb(rows)]), (SQL.save_runs, [db.jsonb(saved)])])
     groups: dict[tuple[str, str], list[_Move]] = {}
     for m in moves:
         if m.opening is not None:

@@ -37,9 +37,10 @@ from workflows.definitions.plan import Plan
 from workflows.engine import db, driver, locks, observers, sql, teardown, waits
 from workflows.engine.actors import Actor
 from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
+from workflows.engine.rows import CommandRow, RunRow
 from workflows.engine.settlement import Settle, completed, received
 from workflows.exceptions import WorkflowError
-from workflows.models import CommandKind, CommandStatus, MigrationItemStatus, RunStatus
+from workflows.models import ENDED_STATUSES, CommandKind, CommandStatus, MigrationItemStatus, RunStatus
 
 log = logging.getLogger("workflows.engine")
 SQL = sql.load("migration_handler")
@@ -86,7 +87,7 @@ def actor_label(actor: Actor) -> str:
     return (actor.id or actor.kind.lower() or "none")[:255]
 
 
-def apply_migration(drive: Drive, cmd: dict[str, Any]) -> Settle:
+def apply_migration(drive: Drive, cmd: CommandRow) -> Settle:
     """The MIGRATION command's segment (``segment.APPLY``)."""
     run = drive.run
     target = cmd["target"] or {}
@@ -133,7 +134,7 @@ def apply_migration(drive: Drive, cmd: dict[str, Any]) -> Settle:
     return completed(drive, cmd)
 
 
-def _apply(drive: Drive, cmd: dict[str, Any], target: dict[str, Any], action: str) -> Any:
+def _apply(drive: Drive, cmd: CommandRow, target: dict[str, Any], action: str) -> Any:
     run = drive.run
     if action not in ACTIONS:
         raise _Rejected("the action is not move, cancel or end")
@@ -153,18 +154,18 @@ def _apply(drive: Drive, cmd: dict[str, Any], target: dict[str, Any], action: st
     return _move(drive, cmd, target, target_scope)
 
 
-def parked_at(run: dict[str, Any]) -> str:
+def parked_at(run: RunRow) -> str:
     """The node of the run's main-path park: its wait's step (a run at a join waits at the
     join while its current step is the fork), else its current step."""
     wait = run.get("wait")
     return str((wait or {}).get("step") or run.get("current_step") or "")
 
 
-def origin_of(run: dict[str, Any]) -> dict[str, Any]:
+def origin_of(run: RunRow) -> dict[str, Any]:
     return {"scope": run["scope"], "version": int(run["version"]), "step": parked_at(run)}
 
 
-def _move(drive: Drive, cmd: dict[str, Any], target: dict[str, Any], target_scope: str) -> Any:
+def _move(drive: Drive, cmd: CommandRow, target: dict[str, Any], target_scope: str) -> Any:
     run = drive.run
     wait = run["wait"] or {}
     if wait.get("kind") == "join":
@@ -217,7 +218,7 @@ def _move(drive: Drive, cmd: dict[str, Any], target: dict[str, Any], target_scop
     if wait.get("kind") == "call" and wait.get("child"):
         # the called run was started by the node being left; the target node starts its own
         child = locks.lock_run(wait["child"])
-        if child["status"] not in teardown.ENDED:
+        if child["status"] not in ENDED_STATUSES:
             teardown.cancel_locked(child, actor=drive.actor, reason="caller migrated", executor_id=drive.executor_id)
     waits.leave(drive, "moved")
     source_pointers = drive.history.pointers()  # redaction: the source covers everything so far
@@ -269,7 +270,7 @@ def _target_plan(scope: str, definition_id: str, version: int) -> Plan:
         raise _Rejected("the target revision is not available") from None
 
 
-def _mapped_state(run: dict[str, Any], target_plan: Plan, target_version: int) -> Any:
+def _mapped_state(run: RunRow, target_plan: Plan, target_version: int) -> Any:
     from workflows.definitions import schemas
 
     state = run["state"]
@@ -310,7 +311,7 @@ def _reject_undeclared_parked(drive: Drive, target_plan: Plan) -> None:
     drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - len(refused))
 
 
-def _cancel(drive: Drive, cmd: dict[str, Any], target: dict[str, Any]) -> None:
+def _cancel(drive: Drive, cmd: CommandRow, target: dict[str, Any]) -> None:
     """The cancel teardown inside the segment (``teardown.cancel_in_segment``): every other
     open command, timers, tasks, branches, called runs — and a caller waiting on this run at a
     call, resumed through the outbox to be cancelled in turn."""
@@ -327,7 +328,7 @@ def _cancel(drive: Drive, cmd: dict[str, Any], target: dict[str, Any]) -> None:
     teardown.cancel_in_segment(drive, command_id=cmd["id"], reason=CANCEL_REASON)
 
 
-def _end(drive: Drive, cmd: dict[str, Any], target: dict[str, Any]) -> None:
+def _end(drive: Drive, cmd: CommandRow, target: dict[str, Any]) -> None:
     run = drive.run
     wait = run["wait"] or {}
     step = parked_at(run)

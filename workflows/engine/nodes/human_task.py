@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from workflows.definitions.plan import Assignment, HumanTaskStep
-from workflows.engine import db, outbox, sql, timers, waits
+from workflows.engine import db, outbox, pipeline, sql, timers, waits
 from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.evaluate import evaluate, render
 from workflows.engine.nodes.base import WAIT, Outcome
@@ -149,21 +149,21 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
     notice, notice_context = outbox.notice_statement(
         drive, task_id=o.task_id, reason="opened", assignment=(o.mode, o.value)
     )
-    park_id = waits.drawn_park_id() if not specs and db.deferring_now() else None
+    park_id = waits.drawn_park_id() if not specs and pipeline.deferring_now() else None
     if park_id is not None:
         # nothing before the commit needs an answer (the park's id was drawn ahead, and a task
         # without timers has no timer rows to list): the park, the task and its notice travel
         # with the segment's next statement, its settlement as a rule
-        db.defer(
+        pipeline.defer(
             *waits.park_statement(drive, node=step.id, kind=ParkKind.TASK, branch_id=drive.branch_id, park_id=park_id),
-            db.ignore_answer,
+            pipeline.ignore_answer,
         )
-        db.defer(SQL.insert_task, task_params(drive, step, o), db.ignore_answer)
+        pipeline.defer(SQL.insert_task, task_params(drive, step, o), pipeline.ignore_answer)
 
         def recorded(row: tuple[Any, ...] | None) -> None:
             outbox.notice_recorded(drive, row, notice_context)
 
-        db.defer(*notice, recorded)
+        pipeline.defer(*notice, recorded)
         opened(drive, step, o, park_id=park_id, timers=[])
         return WAIT
     # one round trip: the park, the task (before its timers, which reference it), its due date
@@ -182,7 +182,7 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
     draw = waits.draw_statement() if not specs else None
     if draw is not None:
         statements.append(draw)
-    rows = db.fetch_batch(statements)
+    rows = pipeline.fetch_batch(statements)
     if draw is not None:
         waits.drawn(rows.pop())
     park = rows[0]

@@ -14,7 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from workflows import users
-from workflows.engine import db, sql, wakeups
+from workflows.engine import db, pipeline, sql, wakeups
 from workflows.engine.actors import Actor
 from workflows.engine.context import Drive
 from workflows.models import OutboxIntent
@@ -86,7 +86,7 @@ def _insert(
             )
 
     # nothing before the commit needs the intent's id: it travels with the segment's next statement
-    db.defer(statement, params, then)
+    pipeline.defer(statement, params, then)
 
 
 def _recorded(

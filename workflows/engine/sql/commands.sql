@@ -1,30 +1,49 @@
--- name: insert_columns
--- The columns of a command insert, and its values up to the queue times. (``recording.start``
--- turns ``insert`` into an INSERT ... SELECT: it keeps ") VALUES (" and " RETURNING" intact.)
+-- name: insert_into
+-- The columns of a command insert (``insert``, ``insert_at``, and ``insert_selected`` for
+-- ``recording.start``).
 INSERT INTO workflow_commands (run_id, seq, kind, timer_kind, status, payload, target, task_id, timer_id,
                                dedup_key, fingerprint, attempts, transient_count, deferral_count, recorded_at,
                                order_at, available_at, fire_at, claimed_by, last_error, context, was_parked,
                                reconciled_by, reconcile_reason, reconcile_action, actor_kind, actor_id, actor_reason,
-                               on_behalf_of, attribution_status) VALUES (
+                               on_behalf_of, attribution_status)
+
+-- name: insert_values
+-- Its values up to the queue times.
 %s,%s,%s,%s,{CommandStatus.PENDING},%s,%s,%s,%s,%s,%s,0,0,0,clock_timestamp(),
 
+-- name: insert_rest
+-- Its values after the queue times.
+'','',%s,false,'','','',%s,%s,%s,%s,%s
+
 -- name: insert_returning
-'','',%s,false,'','','',%s,%s,%s,%s,%s) RETURNING id, recorded_at, available_at, fire_at
+RETURNING id, recorded_at, available_at, fire_at
 
 -- name: insert
 -- A command at the run's next position, queued now.
-{@insert_columns}clock_timestamp(),clock_timestamp(),NULL,{@insert_returning}
+{@insert_into} VALUES (
+{@insert_values}clock_timestamp(),clock_timestamp(),NULL,{@insert_rest}) {@insert_returning}
 
--- name: insert_counting
--- The same, writing the run's queue counters (next sequence, open signals) in the same statement.
--- (``recording.complete`` adds a CTE before " SELECT * FROM c".)
+-- name: insert_selected
+-- ``insert`` as an INSERT ... SELECT: ``recording.start`` adds the FROM of the run row it
+-- inserts in the same statement, and ``insert_returning``.
+{@insert_into} SELECT
+{@insert_values}clock_timestamp(),clock_timestamp(),NULL,{@insert_rest}
+
+-- name: insert_counted
+-- The same as ``insert``, writing the run's queue counters (next sequence, open signals), as
+-- CTEs: ``insert_counting`` answers the command, ``recording.complete`` adds one of its own.
 WITH c AS ({@insert}), u AS (
     UPDATE workflow_runs SET next_seq = %s, open_signals = %s, updated_at = now() WHERE id = %s
-) SELECT * FROM c
+)
+
+-- name: insert_counting
+-- ``insert``, writing the run's queue counters in the same statement.
+{@insert_counted} SELECT * FROM c
 
 -- name: insert_at
 -- A command queued at a given time (a timer's TIMER command re-armed at its fire time).
-{@insert_columns}%s,%s,%s,{@insert_returning}
+{@insert_into} VALUES (
+{@insert_values}%s,%s,%s,{@insert_rest}) {@insert_returning}
 
 -- name: cancel_timers_update
 -- Cancelling timers: the timers (the statements below give the WHERE clause), then their unsettled

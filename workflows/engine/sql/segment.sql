@@ -1,8 +1,3 @@
--- name: command_columns
--- The columns of a command a segment reads (the executor's claim reads the same).
-id, run_id, seq, kind, timer_kind, status, payload, target, task_id, timer_id, attempts, recorded_at,
-fire_at, token, actor_kind, actor_id, actor_reason, on_behalf_of, attribution_status, reconcile_action
-
 -- name: requeue
 -- A due date or reminder that met a COMPLETING task: back in the queue, attempt restored
 -- (fenced on the claim).

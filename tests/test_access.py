@@ -146,7 +146,33 @@ def test_every_route_of_the_site_is_in_the_permission_matrix() -> None:
     stale = sorted(set(access.ROUTES) - names)
     assert stale == [], f"matrix rows for routes that do not exist: {stale}"
     kinds = {g for guards in access.ROUTES.values() for g in guards.values()}
-    assert kinds <= {*Capability, PUBLIC, ASSIGNMENT, TOKEN, ADMIN, (Capability.RETRY, Capability.CANCEL)}
+    assert kinds <= {
+        *Capability,
+        PUBLIC,
+        ASSIGNMENT,
+        TOKEN,
+        ADMIN,
+        (Capability.RETRY, Capability.CANCEL),
+        frozenset({Capability.START, Capability.SIGNAL}),
+    }
+
+
+def test_signal_with_start_needs_both_the_start_and_the_signal_capability() -> None:
+    rule = access.MATRIX
+    body = {"definition_id": "nothing-here", "business_key": "k", "name": "go"}
+    url = "/api/v1/runs/by-key/signal-with-start/"
+    for name, capabilities in (
+        ("only-start", [Capability.START]),
+        ("only-signal", [Capability.SIGNAL]),
+        ("both", [Capability.START, Capability.SIGNAL]),
+    ):
+        user = make_user(name, *(rule[c].permissions[0] for c in capabilities))
+        response = _api(user).post(url, body, format="json")
+        if name == "both":
+            assert response.status_code not in (401, 403), response.content
+        else:
+            assert response.status_code == 403, (name, response.status_code)
+            assert response["Content-Type"].startswith("application/problem+json")
 
 
 def test_each_capability_is_refused_without_it_even_to_staff_and_granted_with_it(world: dict[str, Any]) -> None:

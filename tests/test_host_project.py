@@ -29,12 +29,15 @@ import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, SKIP_REASON
+from tests.support.browser import CHROMIUM, SKIP_REASON
 from tests.support.processes import stop_process_group
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 pytestmark = [
     pytest.mark.e2e,
@@ -293,9 +296,7 @@ print(" ".join(pages))
 """
 
 
-def test_a_host_project_adds_switchyard_from_the_wheel(host: Host, tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_a_host_project_adds_switchyard_from_the_wheel(host: Host, tmp_path: Path, browser: Browser) -> None:
     where = host.shell("import workflows, capture, designer; print(workflows.__file__, designer.__file__)")
     assert str(host.root / "venv") in where and str(ROOT) not in where, where
 
@@ -319,39 +320,38 @@ def test_a_host_project_adds_switchyard_from_the_wheel(host: Host, tmp_path: Pat
     wait_for(lambda: _answers(f"{root}/login/"), what="the host's runserver", host=host)
     shots = Path(os.environ.get("HOST_PROJECT_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page()
-            page.goto(f"{root}/approvals/tasks/")
-            assert page.url.startswith(f"{root}/login/"), page.url  # the host's own sign-in page
-            page.get_by_label("E-mail").fill("ada@acme.test")
-            page.get_by_label("Password").fill(PASSWORD)
-            with page.expect_navigation():
-                page.get_by_role("button", name="Sign in").click()
-            assert page.url == f"{root}/approvals/tasks/", page.url
-            # Switchyard's inbox inside Acme's layout
-            assert page.locator("#acme-header").inner_text().startswith("Acme Finance")
-            assert "ada@acme.test" in page.locator("#acme-header").inner_text()
-            page.screenshot(path=str(shots / "host-inbox.png"), full_page=True)
-            page.get_by_role("link", name="Review invoice INV-8").click()
-            assert page.get_by_role("heading", level=1).inner_text() == "Review invoice INV-8"
-            assert page.url.startswith(f"{root}/approvals/tasks/"), page.url
-            page.get_by_role("button", name="Approve").click()
-            assert "Your decision “Approve” was recorded." in page.get_by_role("status").first.inner_text()
+    context = browser.new_context()  # the suite's Chromium (one Playwright per process)
+    try:
+        page = context.new_page()
+        page.goto(f"{root}/approvals/tasks/")
+        assert page.url.startswith(f"{root}/login/"), page.url  # the host's own sign-in page
+        page.get_by_label("E-mail").fill("ada@acme.test")
+        page.get_by_label("Password").fill(PASSWORD)
+        with page.expect_navigation():
+            page.get_by_role("button", name="Sign in").click()
+        assert page.url == f"{root}/approvals/tasks/", page.url
+        # Switchyard's inbox inside Acme's layout
+        assert page.locator("#acme-header").inner_text().startswith("Acme Finance")
+        assert "ada@acme.test" in page.locator("#acme-header").inner_text()
+        page.screenshot(path=str(shots / "host-inbox.png"), full_page=True)
+        page.get_by_role("link", name="Review invoice INV-8").click()
+        assert page.get_by_role("heading", level=1).inner_text() == "Review invoice INV-8"
+        assert page.url.startswith(f"{root}/approvals/tasks/"), page.url
+        page.get_by_role("button", name="Approve").click()
+        assert "Your decision “Approve” was recorded." in page.get_by_role("status").first.inner_text()
 
-            page.goto(f"{root}/approvals/runs/{run_id}/")
-            for _ in range(60):
-                if page.locator("#run-status").inner_text() == "Completed":
-                    break
-                time.sleep(0.5)
-                page.reload()
-            assert page.locator("#run-status").inner_text() == "Completed", host.logs()
-            assert page.locator("#acme-header").is_visible()
-            assert "ada@acme.test" in page.content()  # the decision's actor, by e-mail
-            page.screenshot(path=str(shots / "host-run.png"), full_page=True)
-        finally:
-            browser.close()
+        page.goto(f"{root}/approvals/runs/{run_id}/")
+        for _ in range(60):
+            if page.locator("#run-status").inner_text() == "Completed":
+                break
+            time.sleep(0.5)
+            page.reload()
+        assert page.locator("#run-status").inner_text() == "Completed", host.logs()
+        assert page.locator("#acme-header").is_visible()
+        assert "ada@acme.test" in page.content()  # the decision's actor, by e-mail
+        page.screenshot(path=str(shots / "host-run.png"), full_page=True)
+    finally:
+        context.close()
 
     rendered = host.shell(ADMIN_PAGES.format(password=PASSWORD)).split()
     assert "/approvals/designer/" in rendered and "/admin/workflows/run/" in rendered, rendered

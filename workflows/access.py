@@ -101,7 +101,9 @@ ASSIGNMENT = "assignment"
 TOKEN = "metrics token"  # Authorization: Bearer <settings.METRICS_TOKEN>
 ADMIN = "django admin"  # is_staff opens the admin site; each model page asks its model permission
 
-Guard = Capability | str | tuple[Capability, ...]  # a tuple: one of them, by the request (ops:bulk by its action)
+Guard = Capability | str | tuple[Capability, ...] | frozenset[Capability]
+# a tuple: one of them, by the request (ops:bulk by its action); a frozenset: all of them
+# (signal-with-start both starts and signals)
 
 # URL name -> {HTTP method: what it needs}. Every named route of the site is here or under
 # ``admin:`` (ADMIN unless listed); the route test (tests/reliability/test_permission_matrix.py)
@@ -119,6 +121,8 @@ ROUTES: dict[str, dict[str, Guard]] = {
     "api:run": {"GET": Capability.VIEW_RUNS},
     "api:run-history": {"GET": Capability.VIEW_RUNS},
     "api:run-signals": {"POST": Capability.SIGNAL},
+    "api:runs-signal-by-key": {"POST": Capability.SIGNAL},
+    "api:runs-signal-with-start": {"POST": frozenset({Capability.START, Capability.SIGNAL})},
     "api:run-cancel": {"POST": Capability.CANCEL},
     "api:run-retry": {"POST": Capability.RETRY},
     "api:run-migrate": {"POST": Capability.MIGRATE},
@@ -143,6 +147,8 @@ ROUTES: dict[str, dict[str, Guard]] = {
     # approvers' pages
     "workflows:inbox": {"GET": ASSIGNMENT},
     "workflows:task": {"GET": ASSIGNMENT, "POST": ASSIGNMENT},
+    "workflows:task-claim": {"POST": ASSIGNMENT},
+    "workflows:completed": {"GET": ASSIGNMENT},
     # requesters' pages
     "workflows:requests:new": {"GET": Capability.START},
     "workflows:requests:start": {"GET": Capability.START, "POST": Capability.START},

@@ -106,7 +106,7 @@ def test_a_wrong_count_is_refused_next_to_the_confirmation_then_apply_refreshes_
     from workflows.views import migrate as view
 
     monkeypatch.setattr(view, "LARGE_BATCH", 2)
-    monkeypatch.setattr(migration, "LARGE_BATCH", 2)
+    monkeypatch.setattr(migration.apply, "LARGE_BATCH", 2)
     open_dialog(page, live_server)
     pick(page, "PO-1", "PO-2", "PO-3")
     page.select_option("#do-0", "move:manager-review")

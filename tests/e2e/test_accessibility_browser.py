@@ -164,6 +164,7 @@ def test_an_approver_completes_a_task_by_keyboard_only(
     with page.expect_navigation():
         page.keyboard.press("Space")
     assert Task.objects.get(pk=task.pk).claimed_by == "alice"
+    assert_accessible(page, "the task form of a claimed task")
     _tab_to(page, "Comment")
     page.keyboard.type("fine by me")
     _tab_to(page, "Approve")
@@ -212,9 +213,11 @@ def test_an_operator_applies_a_migration_by_keyboard_only(
     _tab_to(page, "Preview")
     page.keyboard.press("Enter")
     page.get_by_role("heading", name="Preview — nothing has changed yet").wait_for()
+    assert_accessible(page, "the Migrate dialog with its preview")
     _tab_to(page, "Apply")
     page.keyboard.press("Enter")
     page.get_by_role("heading", name=re.compile(r"Migration #\d+ is done")).wait_for(timeout=30_000)
+    assert_accessible(page, "the migration's progress")
 
     record = MigrationRecord.objects.get()
     assert (record.status, record.created_by, record.reason) == ("DONE", "admin", "reviews now go to the managers")

@@ -76,7 +76,7 @@ def test_check_reports_a_yaml_error_with_its_reason_line_and_column() -> None:
 
 
 def test_check_reports_a_cel_problem_at_its_character_in_the_document() -> None:
-    text = DOC.replace("    after: PT1H\n", "    after: PT1H\n    title: \"{{ state.a + }}\"\n").replace(
+    text = DOC.replace("    after: PT1H\n", '    after: PT1H\n    title: "{{ state.a + }}"\n').replace(
         "type: timer", "type: human-task\n    assignment: {mode: group, value: ops}"
     )
     problems = [p for p in services.check(text).problems if p.type == "expression"]

@@ -160,7 +160,7 @@ def test_check_answers_problems_with_lines_and_pointers(viewer: Client) -> None:
 
 def test_check_shows_a_yaml_error_at_its_line_and_column(viewer: Client) -> None:
     broken = APPROVAL.replace("initialStep:", "  initialStep:", 1)
-    line = broken.splitlines().index([ln for ln in broken.splitlines() if "  initialStep:" in ln][0]) + 1
+    line = next(i for i, ln in enumerate(broken.splitlines(), 1) if "  initialStep:" in ln)
     body = _htmx(viewer, "/designer/check/", {"text": broken, "scope": "default"}).content.decode()
     found = re.search(r'data-line="(\d+)" data-column="(\d+)"', body)
     assert found is not None, body

@@ -53,7 +53,7 @@ def test_problems_show_line_and_column_and_a_click_goes_there(page: Page, live_s
     assert page.evaluate(CURSOR) == [18, 3]
 
     # a CEL problem in a title's placeholder: the character of the document
-    broken = template.replace("{{ state.number }}\"\n    description", "{{ state.number + }}\"\n    description", 1)
+    broken = template.replace('{{ state.number }}"\n    description', '{{ state.number + }}"\n    description', 1)
     line = next(i for i, ln in enumerate(broken.splitlines(), 1) if "state.number + }}" in ln)
     column = broken.splitlines()[line - 1].index("+ }}") + 1  # the last token the parser read
     problem = _show(page, broken, f"Line {line}, column {column}")

@@ -280,7 +280,7 @@ class ViolationOut(serializers.Serializer):
     column = serializers.IntegerField(
         required=False, help_text="the 1-based column on that line (definition documents: a YAML error, a CEL problem)"
     )
-    expressionColumn = serializers.IntegerField(  # noqa: N815 - the JSON member's name
+    expressionColumn = serializers.IntegerField(  # the JSON member's name
         required=False, help_text="the 1-based character of the CEL expression where its problem is"
     )
 

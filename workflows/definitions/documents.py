@@ -321,7 +321,9 @@ def _from_yaml(
                 here = f"{at}/{escape(name)}"
                 if name in mapping:
                     first = lines.get(here)
-                    violations.append(Violation(here, "duplicate", f"duplicate key (first on line {first})", line, column))
+                    violations.append(
+                        Violation(here, "duplicate", f"duplicate key (first on line {first})", line, column)
+                    )
                     continue
                 mapping[name] = None
                 lines[here] = line
@@ -468,7 +470,9 @@ def parse(source: str | bytes, format: str = "yaml", *, max_bytes: int | None = 
         try:
             node = _compose_yaml(text)
         except _AliasRefused as refused:
-            raise _fail([Violation("", "alias", "YAML aliases are not allowed", refused.line, refused.column)]) from None
+            raise _fail(
+                [Violation("", "alias", "YAML aliases are not allowed", refused.line, refused.column)]
+            ) from None
         except _TooDeep:
             raise _fail([Violation("", "depth", "the document is nested too deeply")]) from None
         except yaml.MarkedYAMLError as error:

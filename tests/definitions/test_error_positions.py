@@ -133,3 +133,24 @@ def test_a_cel_problem_in_a_document_has_its_document_line_and_column(when, wher
     assert (violation.line, violation.column) == where
     data = violation.as_dict()
     assert data["expressionColumn"] == violation.expression_column
+
+
+@pytest.mark.parametrize(
+    ("source", "message", "column"),
+    [
+        ("fooo(state.a)", "unknown function 'fooo' at column 1", 1),
+        ("state.s.startswith('a')", "unknown function 'startswith' at column 9", 9),
+    ],
+)
+def test_an_unknown_function_is_refused_at_compile_with_its_column(source, message, column):
+    with pytest.raises(expressions.ExpressionCompileError) as caught:
+        expressions.compile_expression(source, ["state"])
+    assert (caught.value.problem.message, caught.value.problem.column) == (message, column)
+
+
+def test_known_functions_and_macros_compile():
+    expressions.compile_expression(
+        "has(state.a) && size(state.l) > 0 && state.s.startsWith('a') && state.l.exists(i, i > 1)"
+        " && int(state.x) > 1 && string(state.x).matches('^[0-9]+$') && timestamp(state.t) > timestamp(state.u)",
+        ["state"],
+    )

@@ -7,8 +7,9 @@ plan is compiled, and evaluated many times:
 - **Compile limits**: at most :data:`MAX_EXPRESSION_BYTES` of UTF-8 text, an AST at most
   :data:`MAX_AST_DEPTH` deep (the evaluator recurses once per level), comprehension macros
   (``map``, ``filter``, ``all``, ``exists``, ``exists_one``) nested at most
-  :data:`MAX_COMPREHENSION_NESTING` deep, and free variables only from the names the field
-  declares (``state``, ``payload`` ...).
+  :data:`MAX_COMPREHENSION_NESTING` deep, free variables only from the names the field
+  declares (``state``, ``payload`` ...), and calls only of functions this module knows
+  (:data:`CALLABLE`; a misspelt one is refused at load, not when a run evaluates it).
 - **Evaluation bounds**: every evaluation visits at most :data:`MAX_EVALUATION_STEPS` AST
   nodes, uses at most :data:`MAX_EVALUATION_CPU_MS` of its thread's CPU time (and
   :data:`MAX_EVALUATION_WALL_MS` of wall clock, a backstop), and produces at most
@@ -312,7 +313,23 @@ def compile_ast(source: Any, variables: Iterable[str]) -> lark.Tree:
         if column is not None and len(unknown[0]) <= MAX_QUOTED_TOKEN:
             message = f"{message}: '{unknown[0]}' at column {column}"
         raise ExpressionCompileError(CompileProblem("expression", message, column))
+    _check_functions(source, tree)
     return tree
+
+
+def _check_functions(source: str, tree: lark.Tree) -> None:
+    """Refuse a call of a function CEL does not know here (``fooo(state.a)``,
+    ``state.s.startswith('a')``) when the document is compiled, not when a run evaluates it."""
+    for node in tree.iter_subtrees_topdown():
+        if node.data not in ("ident_arg", "member_dot_arg"):
+            continue
+        token = next((c for c in node.children if isinstance(c, lark.Token)), None)
+        if token is None or str(token) in CALLABLE:
+            continue
+        column = offset_of(source, token.line, token.column) if token.line and token.column else None
+        name = f" '{token}'" if len(str(token)) <= MAX_QUOTED_TOKEN else ""
+        at = f" at column {column}" if column is not None else ""
+        raise ExpressionCompileError(CompileProblem("expression", f"unknown function{name}{at}", column))
 
 
 MAX_QUOTED_TOKEN = 20  # characters of the author's token a parse problem repeats
@@ -820,6 +837,8 @@ def _function_table() -> dict[str, Any]:
 
 
 FUNCTIONS: dict[str, Any] = _function_table()
+# What an expression may call: the functions above, the macros and the type conversion ``dyn``.
+CALLABLE = frozenset({name for name in FUNCTIONS if name[:1].isalpha()} | COMPREHENSIONS | {"has", "dyn"})
 
 
 def compile_expression(source: Any, variables: Iterable[str], *, merge: bool = False) -> CelComputation:

@@ -89,13 +89,30 @@ def template_text(slug: str) -> str:
 
 @dataclass(frozen=True)
 class Problem:
+    """One problem as the designer lists it: ``line`` and ``column`` (1-based) say where the
+    author looks in the text (a YAML error, a CEL problem; a field's problem has its line)."""
+
     pointer: str
     type: str
     message: str
     line: int | None
+    column: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"pointer": self.pointer, "type": self.type, "message": self.message, "line": self.line}
+        return {
+            "pointer": self.pointer,
+            "type": self.type,
+            "message": self.message,
+            "line": self.line,
+            "column": self.column,
+        }
+
+    def violation(self) -> Violation:
+        return Violation(self.pointer, self.type, self.message, self.line, self.column)
+
+    @classmethod
+    def of(cls, v: Violation) -> Problem:
+        return cls(pointer=v.pointer, type=v.type, message=v.message, line=v.line, column=v.column)
 
 
 @dataclass
@@ -111,17 +128,13 @@ class Check:
         return self.plan is not None
 
 
-def _problem(v: Violation) -> Problem:
-    return Problem(pointer=v.pointer, type=v.type, message=v.message, line=v.line)
-
-
 def check(text: str) -> Check:
     """Compile ``text`` (YAML; JSON is YAML too) with the definitions compiler."""
     try:
         plan = definitions.compile_text(text, "yaml")
     except DefinitionError as error:
-        problems = [_problem(v) for v in error.violations] or [Problem("", error.code, error.message, None)]
-        problems.sort(key=lambda p: (p.line is None, p.line or 0))
+        problems = [Problem.of(v) for v in error.violations] or [Problem("", error.code, error.message, None)]
+        problems.sort(key=lambda p: (p.line is None, p.line or 0, p.column or 0))
         return Check(plan=None, problems=problems, code=error.code)
     except WorkflowError as error:
         return Check(plan=None, problems=[Problem("", error.code, error.message, None)], code=error.code)
@@ -491,7 +504,7 @@ def deploy(*, scope: str, text: str, username: str = "") -> Deployed:
     if found.plan is None:
         raise DefinitionError(
             "the document is not valid",
-            violations=[Violation(p.pointer, p.type, p.message, p.line) for p in found.problems],
+            violations=[p.violation() for p in found.problems],
             code=found.code or None,
         )
     definition_id = found.plan.definition_id
@@ -838,5 +851,5 @@ def is_duration(text: str) -> bool:
 
 
 def problems_for_lines(problems: Iterable[Problem]) -> list[dict[str, Any]]:
-    """Problems as the editor marks them (line and message)."""
-    return [{"line": p.line, "message": p.message} for p in problems if p.line]
+    """Problems as the editor marks them (line, column when known, and message)."""
+    return [{"line": p.line, "column": p.column, "message": p.message} for p in problems if p.line]

@@ -362,7 +362,7 @@ def deploy(request: HttpRequest) -> HttpResponse:
     try:
         deployed = services.deploy(scope=scope, text=text, username=request.user.get_username())
     except DefinitionError as error:
-        problems = [services.Problem(v.pointer, v.type, v.message, v.line) for v in error.violations]
+        problems = [services.Problem.of(v) for v in error.violations]
         if not problems:
             problems = [services.Problem("", error.code, error.message, None)]
         return _editor(

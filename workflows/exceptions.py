@@ -13,17 +13,26 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Violation:
-    """One value-free problem: an RFC 6901 pointer, a type (schema keyword...) and a message."""
+    """One value-free problem: an RFC 6901 pointer, a type (schema keyword...) and a message.
+
+    In a definition document, ``line`` and ``column`` (1-based) say where in the source text;
+    a CEL problem also has ``expression_column``, the 1-based character in the expression."""
 
     pointer: str
     type: str
     message: str
     line: int | None = None
+    column: int | None = None
+    expression_column: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"pointer": self.pointer, "type": self.type, "message": self.message}
         if self.line is not None:
             data["line"] = self.line
+        if self.column is not None:
+            data["column"] = self.column
+        if self.expression_column is not None:
+            data["expressionColumn"] = self.expression_column
         return data
 
 

@@ -110,3 +110,28 @@ def test_deactivating_the_default_leaves_starts_without_a_current_version(
         "/api/v1/runs/", {"definition_id": "api-purchase", "payload": {"number": "PO-1", "total": 1}}, format="json"
     )
     assert_problem(response, 422, "NO_CURRENT_VERSION")
+
+
+def test_a_yaml_syntax_error_names_the_reason_line_and_column(admin_api: APIClient) -> None:
+    text = documents.purchase(1).replace("initialStep: wait-payment", "initialStep: wait-payment\n  extra: 1")
+    refused = admin_api.post("/api/v1/definitions/", {"format": "yaml", "text": text}, format="json")
+    body = assert_problem(refused, 422, "DEFINITION_INVALID")
+    [violation] = body["violations"]
+    assert violation["type"] == "syntax" and violation["pointer"] == ""
+    assert violation["message"].startswith("not valid YAML: mapping values are not allowed")
+    assert (violation["line"], violation["column"]) == (14, 8)
+
+
+def test_a_cel_problem_names_its_column_in_the_expression_and_in_the_document(admin_api: APIClient) -> None:
+    text = documents.purchase(1).replace("set: \"{'paid': payload.amount}\"", "set: \"{'paid': payload.amount +}\"")
+    refused = admin_api.post("/api/v1/definitions/", {"format": "yaml", "text": text}, format="json")
+    body = assert_problem(refused, 422, "DEFINITION_INVALID")
+    [violation] = body["violations"]
+    assert violation == {
+        "pointer": "/steps/0/set",
+        "type": "expression",
+        "message": "expression does not parse as CEL: column 26: unexpected '}'",
+        "line": 18,
+        "column": 36,
+        "expressionColumn": 26,
+    }

@@ -67,6 +67,30 @@ def test_check_reports_a_syntax_error_at_its_line() -> None:
     assert result.problems[0].line is not None
 
 
+def test_check_reports_a_yaml_error_with_its_reason_line_and_column() -> None:
+    result = services.check(DOC.replace("    after: PT1H", "    after: PT1H\n      bad: 1"))
+    [problem] = result.problems
+    assert (problem.type, problem.line, problem.column) == ("syntax", 11, 10)
+    assert problem.message.startswith("not valid YAML: mapping values are not allowed")
+    assert services.problems_for_lines(result.problems) == [{"line": 11, "column": 10, "message": problem.message}]
+
+
+def test_check_reports_a_cel_problem_at_its_character_in_the_document() -> None:
+    text = DOC.replace("    after: PT1H\n", '    after: PT1H\n    title: "{{ state.a + }}"\n').replace(
+        "type: timer", "type: human-task\n    assignment: {mode: group, value: ops}"
+    )
+    problems = [p for p in services.check(text).problems if p.type == "expression"]
+    assert problems, services.check(text).problems
+    assert problems[0].line == 12 and problems[0].column is not None
+    assert "column" in problems[0].message
+
+
+def test_the_live_expression_check_names_the_column() -> None:
+    assert services.check_expression("state.a +", variables="state") == (
+        "expression does not parse as CEL: column 9: the expression ends too early"
+    )
+
+
 def test_a_step_is_appended_and_connected_leaving_comments_elsewhere() -> None:
     step = {
         "id": "look",

@@ -158,6 +158,23 @@ def test_check_answers_problems_with_lines_and_pointers(viewer: Client) -> None:
     assert 'hx-swap-oob="true">The picture shows the last document that compiled.' in body
 
 
+def test_check_shows_a_yaml_error_at_its_line_and_column(viewer: Client) -> None:
+    broken = APPROVAL.replace("initialStep:", "  initialStep:", 1)
+    line = next(i for i, ln in enumerate(broken.splitlines(), 1) if "  initialStep:" in ln)
+    body = _htmx(viewer, "/designer/check/", {"text": broken, "scope": "default"}).content.decode()
+    found = re.search(r'data-line="(\d+)" data-column="(\d+)"', body)
+    assert found is not None, body
+    assert (int(found.group(1)), int(found.group(2))) == (line, 3)  # the indented key
+    assert f"Line {line}, column 3" in body and "not valid YAML: " in body
+    lines = json.loads(re.search(r'id="problem-lines" type="application/json">(.*?)</script>', body).group(1))
+    assert lines[0]["column"] == int(found.group(2))
+
+
+def test_cel_endpoint_names_the_column_of_a_problem(viewer: Client) -> None:
+    bad = viewer.post("/designer/cel/", {"field": "f_set", "f_set": "{'a': state.x +}", "variables": "state"})
+    assert "column 16: unexpected" in bad.content.decode()
+
+
 def test_cel_endpoint_checks_an_expression_without_echoing_it(viewer: Client) -> None:
     ok = viewer.post("/designer/cel/", {"field": "f_set", "f_set": "{'a': state.x}", "variables": "result"})
     assert "✓ compiles" in ok.content.decode()

@@ -1,8 +1,10 @@
 """One exception handler that shapes every API error as ``application/problem+json``.
 
 Body: ``{"type", "title", "status", "code", "detail", "violations": [{"pointer", "type",
-"message"}]}``. ``code`` is stable (the reference's reason codes for workflow errors, an
-upper-case name for protocol errors such as PERMISSION_DENIED). Nothing a caller submitted is
+"message"}]}``; a definition document's violations add ``line`` and ``column`` (1-based, where
+the author looks in the text) and, for a CEL problem, ``expressionColumn``. ``code`` is stable
+(the reference's reason codes for workflow errors, an upper-case name for protocol errors such
+as PERMISSION_DENIED). Nothing a caller submitted is
 ever repeated: workflow errors carry framework-composed, value-free messages; DRF's own
 messages are replaced where their templates quote the input (``"{input}" is not a valid
 choice``), and violations name where the problem is (an RFC 6901 pointer), never what was there.

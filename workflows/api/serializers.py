@@ -277,6 +277,12 @@ class ViolationOut(serializers.Serializer):
     type = serializers.CharField()
     message = serializers.CharField()
     line = serializers.IntegerField(required=False, help_text="the document line (definition documents)")
+    column = serializers.IntegerField(
+        required=False, help_text="the 1-based column on that line (definition documents: a YAML error, a CEL problem)"
+    )
+    expressionColumn = serializers.IntegerField(  # the JSON member's name
+        required=False, help_text="the 1-based character of the CEL expression where its problem is"
+    )
 
 
 class ProblemOut(serializers.Serializer):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from workflows.definitions import catalogs, expressions, plan, schemas
@@ -51,8 +52,8 @@ class Build:
         self.violations: list[Violation] = []
         self.unknown_names = False
 
-    def add(self, at: str, kind: str, message: str) -> None:
-        self.violations.append(Violation(at, kind, message))
+    def add(self, at: str, kind: str, message: str, expression_column: int | None = None) -> None:
+        self.violations.append(Violation(at, kind, message, expression_column=expression_column))
 
     # --- names -------------------------------------------------------------------------------
 
@@ -107,7 +108,7 @@ class Build:
             try:
                 return expressions.compile_expression(ref["cel"], variables, merge=bool(ref.get("merge")))
             except expressions.ExpressionCompileError as error:
-                self.add(at, error.problem.kind, error.problem.message)
+                self.add(at, error.problem.kind, error.problem.message, error.problem.column)
                 return None
         if "template" in ref:
             return self.template(ref["template"], at, variables)
@@ -148,7 +149,7 @@ class Build:
         try:
             return expressions.compile_template(text, variables)
         except expressions.ExpressionCompileError as error:
-            self.add(at, error.problem.kind, f"a placeholder: {error.problem.message}")
+            self.add(at, error.problem.kind, f"a placeholder: {error.problem.message}", error.problem.column)
             return None
 
     def delay(self, spec: Mapping[str, Any] | None, at: str) -> plan.Delay:
@@ -210,7 +211,7 @@ def _with_lines(violations: list[Violation], document: Document | None) -> list[
     out = []
     for v in violations:
         at = _document_pointer(v.pointer, document) if v.pointer else v.pointer
-        out.append(Violation(at, v.type, v.message, v.line if v.line is not None else document.line(at)))
+        out.append(document.locate(replace(v, pointer=at)))
     return out
 
 

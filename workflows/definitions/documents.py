@@ -1,6 +1,6 @@
 """Strict reading of a definition document (YAML or JSON) into plain data.
 
-What is refused, each as a value-free violation (pointer, type, line):
+What is refused, each as a value-free violation (pointer, type, line, column):
 
 - a source larger than ``WORKFLOWS["DEFINITIONS"]["MAX_DOCUMENT_SIZE_BYTES"]`` (checked on the
   UTF-8 bytes *before* anything is parsed);
@@ -13,7 +13,11 @@ What is refused, each as a value-free violation (pointer, type, line):
 YAML is read with the YAML 1.2 core schema (``on``/``yes``/``no`` are strings, dates stay
 text), so a document means the same in YAML and JSON. The stored text is the decoded source
 exactly: comments, whitespace and line endings are kept, and ``digest`` is the SHA-256 of its
-UTF-8 bytes. ``lines`` maps RFC 6901 pointers to 1-based source lines (for the designer).
+UTF-8 bytes. ``lines`` maps RFC 6901 pointers to 1-based source lines (for the designer), and
+``scalars`` where each text value starts, so :meth:`Document.position` can turn a place in an
+expression into a line and column of the source. A YAML syntax error says the parser's reason
+in words, with the line and column (1-based) where it noticed it: an author fixes the text
+without guessing.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -56,6 +60,59 @@ class Document:
     format: str
     digest: str
     lines: Mapping[str, int] = field(default_factory=dict)
+    scalars: Mapping[str, tuple[int, int, str]] = field(default_factory=dict)
+
+    def position(self, pointer: str, offset: int) -> tuple[int, int] | None:
+        """The source (line, column) of the 1-based character ``offset`` of the text value at
+        ``pointer``: for a plain or quoted value on one line and for a literal block (``|``);
+        None for other styles (folded, escapes), whose characters do not map one to one."""
+        found = self.scalars.get(pointer)
+        if found is None:
+            return None
+        line, column, style = found
+        value = self.data_at(pointer)
+        if not isinstance(value, str) or not 0 < offset <= len(value) + 1:
+            return None
+        before = value[: offset - 1]
+        if style == "|":
+            rows = self.text.splitlines()
+            first = next((n for n in range(line, len(rows)) if rows[n].strip()), None)
+            if first is None:
+                return None
+            indent = len(rows[first]) - len(rows[first].lstrip(" "))
+            return line + 1 + before.count("\n"), indent + len(before) - before.rfind("\n")
+        if "\n" in value or style not in ("", "'", '"'):
+            return None
+        source = self.text.splitlines()[line - 1][column - 1 :]
+        inner = source[len(style) :]
+        if not inner.startswith(value):  # escapes ('' or \"): characters shift
+            return None
+        return line, column + len(style) + offset - 1
+
+    def locate(self, violation: Violation) -> Violation:
+        """``violation`` with its source line (of its pointer, or its nearest recorded parent)
+        and, for a problem at a character of an expression, that character's line and column."""
+        found = None
+        if violation.expression_column is not None and violation.column is None:
+            found = self.position(violation.pointer, violation.expression_column)
+        if found is not None:
+            return replace(violation, line=found[0], column=found[1])
+        if violation.line is not None:
+            return violation
+        return replace(violation, line=self.line(violation.pointer))
+
+    def data_at(self, pointer: str) -> Any:
+        """The value at an RFC 6901 ``pointer`` of :attr:`data`, or None."""
+        value: Any = self.data
+        for token in pointer.split("/")[1:] if pointer else ():
+            token = token.replace("~1", "/").replace("~0", "~")
+            if isinstance(value, dict):
+                value = value.get(token)
+            elif isinstance(value, list) and token.isdigit() and int(token) < len(value):
+                value = value[int(token)]
+            else:
+                return None
+        return value
 
     def line(self, pointer: str) -> int | None:
         """The line of ``pointer``, or of its nearest parent the source records."""
@@ -98,8 +155,9 @@ _CoreResolver.add_implicit_resolver(
 
 
 class _AliasRefused(Exception):
-    def __init__(self, line: int):
+    def __init__(self, line: int, column: int):
         self.line = line
+        self.column = column
 
 
 class _TooDeep(Exception):
@@ -120,7 +178,8 @@ class _StrictComposer(Composer):
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         parser: Any = self  # the Parser mixin of the loader provides the event methods
         if parser.check_event(AliasEvent):
-            raise _AliasRefused(parser.peek_event().start_mark.line + 1)
+            mark = parser.peek_event().start_mark
+            raise _AliasRefused(mark.line + 1, mark.column + 1)
         self._depth += 1
         try:
             if self._depth > MAX_YAML_DEPTH:
@@ -213,8 +272,16 @@ def _scalar(node: ScalarNode) -> Any:
     return value
 
 
-def _from_yaml(root: Node, violations: list[Violation], lines: dict[str, int]) -> Any:
-    """Build plain data from a composed node tree, iteratively, recording lines per pointer."""
+def _at(node: Node) -> tuple[int, int]:
+    """The 1-based (line, column) where ``node`` starts."""
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+def _from_yaml(
+    root: Node, violations: list[Violation], lines: dict[str, int], scalars: dict[str, tuple[int, int, str]]
+) -> Any:
+    """Build plain data from a composed node tree, iteratively, recording lines per pointer
+    and where each text value starts (line, column, style)."""
     result: dict[str, Any] = {}
     # (node, pointer, container, key) — the value is stored into container[key]
     stack: list[tuple[Node, str, Any, Any]] = [(root, "", result, "root")]
@@ -222,16 +289,18 @@ def _from_yaml(root: Node, violations: list[Violation], lines: dict[str, int]) -
     while stack:
         node, at, container, key = stack.pop()
         if node.tag not in _STANDARD_TAGS:
-            violations.append(Violation(at, "tag", "explicit YAML tags are not allowed", node.start_mark.line + 1))
+            violations.append(Violation(at, "tag", "explicit YAML tags are not allowed", *_at(node)))
             container[key] = None
             continue
         if isinstance(node, ScalarNode):
             value = _scalar(node)
+            if isinstance(value, str):
+                scalars[at] = (*_at(node), node.style or "")
             if isinstance(value, float) and not math.isfinite(value):
-                violations.append(Violation(at, "type", "NaN and infinities are not allowed", node.start_mark.line + 1))
+                violations.append(Violation(at, "type", "NaN and infinities are not allowed", *_at(node)))
             elif isinstance(value, Decimal) and jsonvalues.number_problem(value):
                 problem = jsonvalues.number_problem(value) or ""
-                violations.append(Violation(at, "range", problem, node.start_mark.line + 1))
+                violations.append(Violation(at, "range", problem, *_at(node)))
             container[key] = value
         elif isinstance(node, SequenceNode):
             items: list[Any] = [None] * len(node.value)
@@ -244,14 +313,17 @@ def _from_yaml(root: Node, violations: list[Violation], lines: dict[str, int]) -
             mapping: dict[str, Any] = {}
             container[key] = mapping
             for key_node, value_node in node.value:
-                line = key_node.start_mark.line + 1
+                line, column = _at(key_node)
                 if not isinstance(key_node, ScalarNode) or key_node.tag not in _STANDARD_TAGS:
-                    violations.append(Violation(at, "key", "mapping keys must be plain text", line))
+                    violations.append(Violation(at, "key", "mapping keys must be plain text", line, column))
                     continue
                 name = str(key_node.value)
                 here = f"{at}/{escape(name)}"
                 if name in mapping:
-                    violations.append(Violation(here, "duplicate", "duplicate key", line))
+                    first = lines.get(here)
+                    violations.append(
+                        Violation(here, "duplicate", f"duplicate key (first on line {first})", line, column)
+                    )
                     continue
                 mapping[name] = None
                 lines[here] = line
@@ -282,6 +354,23 @@ def _refuse_constant(_name: str) -> Any:
 # --- entry point -----------------------------------------------------------------------------
 
 
+def _yaml_syntax(error: yaml.MarkedYAMLError, text: str) -> Violation:
+    """The parser's reason in words, where it noticed it (1-based line and column) and, when
+    that is elsewhere, where the construct it was reading began (an unclosed quote)."""
+    mark = error.problem_mark or error.context_mark
+    if mark is None:
+        return Violation("", "syntax", "not valid YAML")
+    reason = str(error.problem or "the text is not YAML")
+    if text[mark.index : mark.index + 1] == "\t":
+        reason = "a tab character; YAML is indented with spaces"
+    elif error.context:
+        reason = f"{reason} {error.context}"
+        start = error.context_mark
+        if start is not None and (start.line, start.column) != (mark.line, mark.column):
+            reason = f"{reason} that starts on line {start.line + 1}, column {start.column + 1}"
+    return Violation("", "syntax", f"not valid YAML: {reason}", mark.line + 1, mark.column + 1)
+
+
 def _fail(violations: list[Violation]) -> DefinitionError:
     first = violations[0]
     where = safe_pointer(first.pointer) if first.pointer else "the document"
@@ -310,8 +399,9 @@ def check_text(text: str) -> list[Violation]:
     if match is None:
         return []
     line = text.count("\n", 0, match.start()) + 1
+    column = match.start() - text.rfind("\n", 0, match.start())
     kind = "NUL character" if match.group() == "\x00" else "unpaired surrogate"
-    return [Violation("", "encoding", f"the document contains a {kind}", line)]
+    return [Violation("", "encoding", f"the document contains a {kind}", line, column)]
 
 
 def _check_strings(data: Any, lines: Mapping[str, int]) -> list[Violation]:
@@ -331,7 +421,7 @@ def _check_strings(data: Any, lines: Mapping[str, int]) -> list[Violation]:
                 stack.append((item, here))
         elif isinstance(value, list):
             stack.extend((item, f"{at}/{index}") for index, item in enumerate(value))
-    return [Violation(v.pointer, v.type, v.message, lines.get(v.pointer)) for v in found]
+    return [replace(v, line=lines.get(v.pointer)) for v in found]
 
 
 def parse(source: str | bytes, format: str = "yaml", *, max_bytes: int | None = None) -> Document:
@@ -353,6 +443,7 @@ def parse(source: str | bytes, format: str = "yaml", *, max_bytes: int | None = 
 
     violations: list[Violation] = []
     lines: dict[str, int] = {}
+    scalars: dict[str, tuple[int, int, str]] = {}
     data: Any = None
     if format == "json":
         try:
@@ -362,7 +453,7 @@ def parse(source: str | bytes, format: str = "yaml", *, max_bytes: int | None = 
         except jsonvalues.NumberOutOfRange as error:
             raise _fail([Violation("", "range", str(error))]) from None
         except json.JSONDecodeError as error:
-            raise _fail([Violation("", "syntax", f"not valid JSON: {error.msg}", error.lineno)]) from None
+            raise _fail([Violation("", "syntax", f"not valid JSON: {error.msg}", error.lineno, error.colno)]) from None
         except _DuplicateKey:
             raise _fail([Violation("", "duplicate", "duplicate key in a JSON object")]) from None
         except ValueError:
@@ -372,30 +463,31 @@ def parse(source: str | bytes, format: str = "yaml", *, max_bytes: int | None = 
         try:
             node = _compose_yaml(text)
             if node is not None:
-                _from_yaml(node, [], lines)
+                _from_yaml(node, [], lines, scalars)
         except Exception:  # noqa: BLE001 - line numbers are a convenience; JSON already parsed
-            lines = {}
+            lines, scalars = {}, {}
     else:
         try:
             node = _compose_yaml(text)
         except _AliasRefused as refused:
-            raise _fail([Violation("", "alias", "YAML aliases are not allowed", refused.line)]) from None
+            raise _fail(
+                [Violation("", "alias", "YAML aliases are not allowed", refused.line, refused.column)]
+            ) from None
         except _TooDeep:
             raise _fail([Violation("", "depth", "the document is nested too deeply")]) from None
         except yaml.MarkedYAMLError as error:
-            mark = error.problem_mark or error.context_mark
-            raise _fail([Violation("", "syntax", "not valid YAML", mark.line + 1 if mark else None)]) from None
+            raise _fail([_yaml_syntax(error, text)]) from None
         except yaml.YAMLError:
             raise _fail([Violation("", "syntax", "not valid YAML")]) from None
         except RecursionError:
             raise _fail([Violation("", "depth", "the document is nested too deeply")]) from None
         if node is None:
             raise _fail([Violation("", "type", "the document is empty")])
-        data = _from_yaml(node, violations, lines)
+        data = _from_yaml(node, violations, lines, scalars)
     if not isinstance(data, dict):
         violations.append(Violation("", "type", "the document must be a mapping", lines.get("")))
     else:
         violations.extend(_check_strings(data, lines))
     if violations:
         raise _fail(violations)
-    return Document(data=data, text=text, format=format, digest=text_digest(text), lines=lines)
+    return Document(data=data, text=text, format=format, digest=text_digest(text), lines=lines, scalars=scalars)

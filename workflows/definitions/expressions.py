@@ -7,8 +7,9 @@ plan is compiled, and evaluated many times:
 - **Compile limits**: at most :data:`MAX_EXPRESSION_BYTES` of UTF-8 text, an AST at most
   :data:`MAX_AST_DEPTH` deep (the evaluator recurses once per level), comprehension macros
   (``map``, ``filter``, ``all``, ``exists``, ``exists_one``) nested at most
-  :data:`MAX_COMPREHENSION_NESTING` deep, and free variables only from the names the field
-  declares (``state``, ``payload`` ...).
+  :data:`MAX_COMPREHENSION_NESTING` deep, free variables only from the names the field
+  declares (``state``, ``payload`` ...), and calls only of functions this module knows
+  (:data:`CALLABLE`; a misspelt one is refused at load, not when a run evaluates it).
 - **Evaluation bounds**: every evaluation visits at most :data:`MAX_EVALUATION_STEPS` AST
   nodes, uses at most :data:`MAX_EVALUATION_CPU_MS` of its thread's CPU time (and
   :data:`MAX_EVALUATION_WALL_MS` of wall clock, a backstop), and produces at most
@@ -27,7 +28,9 @@ plan is compiled, and evaluated many times:
   as a number of seconds, bytes as base64 text.
 
 Errors never quote a value: compile problems are :class:`CompileProblem` (kind + a fixed
-message), evaluation failures are :class:`~workflows.exceptions.ExpressionFailed` with a fixed
+message, and the 1-based ``column``, the character of the expression where the problem is, when
+the parser or the checker knows it: "expression does not parse as CEL: column 9: the
+expression ends too early"), evaluation failures are :class:`~workflows.exceptions.ExpressionFailed` with a fixed
 reason.
 """
 
@@ -43,7 +46,7 @@ import operator
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, cast
 
@@ -88,10 +91,13 @@ _ENVIRONMENT = celpy.Environment()
 
 @dataclass(frozen=True)
 class CompileProblem:
-    """Why an expression did not compile: ``kind`` is a stable type, ``message`` fixed text."""
+    """Why an expression did not compile: ``kind`` is a stable type, ``message`` fixed text
+    (the author's own expression at most, never a value), ``column`` the 1-based character of
+    the expression text where the problem is, when known."""
 
     kind: str
     message: str
+    column: int | None = None
 
 
 class ExpressionCompileError(Exception):
@@ -290,8 +296,8 @@ def compile_ast(source: Any, variables: Iterable[str]) -> lark.Tree:
         )
     try:
         tree = _ENVIRONMENT.compile(source)
-    except Exception:  # noqa: BLE001 - celpy raises parser-specific errors; all mean "does not parse"
-        raise ExpressionCompileError(CompileProblem("expression", "expression does not parse as CEL")) from None
+    except Exception as error:  # noqa: BLE001 - celpy raises parser-specific errors; all mean "does not parse"
+        raise ExpressionCompileError(_parse_problem(source, error)) from None
     depth, nesting, free = analyse(tree)
     if depth > MAX_AST_DEPTH:
         raise ExpressionCompileError(CompileProblem("expression", "expression is nested too deeply"))
@@ -302,10 +308,70 @@ def compile_ast(source: Any, variables: Iterable[str]) -> lark.Tree:
     unknown = sorted(free - set(variables))
     if unknown:
         allowed = ", ".join(sorted(variables)) or "none"
-        raise ExpressionCompileError(
-            CompileProblem("expression", f"expression uses a variable this field does not provide (allowed: {allowed})")
-        )
+        message = f"expression uses a variable this field does not provide (allowed: {allowed})"
+        column = _ident_column(source, tree, unknown[0])
+        if column is not None and len(unknown[0]) <= MAX_QUOTED_TOKEN:
+            message = f"{message}: '{unknown[0]}' at column {column}"
+        raise ExpressionCompileError(CompileProblem("expression", message, column))
+    _check_functions(source, tree)
     return tree
+
+
+def _check_functions(source: str, tree: lark.Tree) -> None:
+    """Refuse a call of a function CEL does not know here (``fooo(state.a)``,
+    ``state.s.startswith('a')``) when the document is compiled, not when a run evaluates it."""
+    for node in tree.iter_subtrees_topdown():
+        if node.data not in ("ident_arg", "member_dot_arg"):
+            continue
+        token = next((c for c in node.children if isinstance(c, lark.Token)), None)
+        if token is None or str(token) in CALLABLE:
+            continue
+        column = offset_of(source, token.line, token.column) if token.line and token.column else None
+        name = f" '{token}'" if len(str(token)) <= MAX_QUOTED_TOKEN else ""
+        at = f" at column {column}" if column is not None else ""
+        raise ExpressionCompileError(CompileProblem("expression", f"unknown function{name}{at}", column))
+
+
+MAX_QUOTED_TOKEN = 20  # characters of the author's token a parse problem repeats
+
+
+def offset_of(source: str, line: int, column: int) -> int:
+    """The 1-based character of ``source`` at a 1-based (line, column)."""
+    rows = source.split("\n")
+    return sum(len(row) + 1 for row in rows[: line - 1]) + column
+
+
+def _parse_problem(source: str, error: Exception) -> CompileProblem:
+    """Where the parser stopped (1-based character) and why, in words: the token quoted is
+    the author's own expression text, never a value."""
+    line, column = getattr(error, "line", None), getattr(error, "column", None)
+    if not isinstance(line, int) or not isinstance(column, int):
+        return CompileProblem("expression", "expression does not parse as CEL")
+    cause = error.__cause__ or error.__context__
+    token = getattr(cause, "token", None)
+    if isinstance(cause, lark.exceptions.UnexpectedCharacters):
+        if cause.char in "'\"":
+            reason = "a quoted text is not closed"
+        else:
+            reason = f"unexpected character '{cause.char}'" if cause.char.isprintable() else "unexpected character"
+    elif isinstance(cause, lark.exceptions.UnexpectedEOF) or (token is not None and not str(token)):
+        reason = "the expression ends too early"
+    elif token is not None and len(str(token)) <= MAX_QUOTED_TOKEN:
+        reason = f"unexpected '{token}'"
+    else:
+        reason = "unexpected text"
+    where = offset_of(source, line, column)
+    return CompileProblem("expression", f"expression does not parse as CEL: column {where}: {reason}", where)
+
+
+def _ident_column(source: str, tree: lark.Tree, name: str) -> int | None:
+    """The 1-based character of the first use of identifier ``name`` in the expression."""
+    for node in tree.iter_subtrees_topdown():
+        if node.data == "ident" and _ident_name(node) == name:
+            token = node.children[0]
+            if isinstance(token, lark.Token) and token.line is not None and token.column is not None:
+                return offset_of(source, token.line, token.column)
+    return None
 
 
 # --- named conditions in a decision's ``when`` ----------------------------------------------------
@@ -771,6 +837,8 @@ def _function_table() -> dict[str, Any]:
 
 
 FUNCTIONS: dict[str, Any] = _function_table()
+# What an expression may call: the functions above, the macros and the type conversion ``dyn``.
+CALLABLE = frozenset({name for name in FUNCTIONS if name[:1].isalpha()} | COMPREHENSIONS | {"has", "dyn"})
 
 
 def compile_expression(source: Any, variables: Iterable[str], *, merge: bool = False) -> CelComputation:
@@ -871,7 +939,15 @@ def compile_template(source: str, variables: Iterable[str]) -> Template:
     for start, end, inner in placeholders(source):
         if start > position:
             parts.append(source[position:start])
-        parts.append(compile_expression(inner.strip(), names))
+        try:
+            parts.append(compile_expression(inner.strip(), names))
+        except ExpressionCompileError as error:
+            column = error.problem.column
+            if column is None:
+                raise
+            # the column in the template's text: past the ``{{`` and the blanks before the expression
+            shift = start + 2 + len(inner) - len(inner.lstrip())
+            raise ExpressionCompileError(replace(error.problem, column=column + shift)) from None
         position = end
     if position < len(source):
         parts.append(source[position:])

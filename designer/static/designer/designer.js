@@ -1,4 +1,5 @@
-// The designer's editor page: the code editor, problems that jump to their line, the step
+// The designer's editor page: the code editor, problems that jump to their line (and column:
+// a YAML error, a CEL problem put the cursor on the character), the step
 // form's write-back, and clicks on the graph that open a step's form. Works with htmx; without
 // the editor bundle the plain textarea still edits and posts the document.
 (function () {
@@ -7,8 +8,17 @@
   function textarea() { return document.getElementById("id_text"); }
   function editor() { var t = textarea(); return t && t.switchyardEditor; }
 
-  function goToLine(line) {
+  // Without a column the whole line is selected; with one, the cursor goes to that character.
+  function goToLine(line, column) {
     var ed = editor();
+    if (ed && column && ed.view) {
+      var doc = ed.view.state.doc;
+      var row = doc.line(Math.max(1, Math.min(line, doc.lines)));
+      var at = Math.min(row.from + column - 1, row.to);
+      ed.view.dispatch({ selection: { anchor: at }, scrollIntoView: true });
+      ed.view.focus();
+      return;
+    }
     if (ed) { ed.goToLine(line); return; }
     var t = textarea();
     if (!t) return;
@@ -17,7 +27,12 @@
     for (var i = 0; i < line - 1 && i < lines.length; i++) start += lines[i].length + 1;
     var end = start + (lines[line - 1] || "").length;
     t.focus();
-    t.setSelectionRange(start, end);
+    if (column) {
+      var caret = Math.min(start + column - 1, end);
+      t.setSelectionRange(caret, caret);
+    } else {
+      t.setSelectionRange(start, end);
+    }
   }
 
   function showProblems() {
@@ -65,7 +80,7 @@
     var jump = event.target.closest(".problem-jump");
     if (jump) {
       event.preventDefault();
-      goToLine(parseInt(jump.getAttribute("data-line"), 10));
+      goToLine(parseInt(jump.getAttribute("data-line"), 10), parseInt(jump.getAttribute("data-column"), 10) || 0);
       return;
     }
     var close = event.target.closest("[data-close-step-form]");

@@ -148,9 +148,19 @@ def test_an_unknown_function_is_refused_at_compile_with_its_column(source, messa
     assert (caught.value.problem.message, caught.value.problem.column) == (message, column)
 
 
-def test_known_functions_and_macros_compile():
-    expressions.compile_expression(
+def test_known_functions_and_macros_compile_and_evaluate():
+    compiled = expressions.compile_expression(
         "has(state.a) && size(state.l) > 0 && state.s.startsWith('a') && state.l.exists(i, i > 1)"
         " && int(state.x) > 1 && string(state.x).matches('^[0-9]+$') && timestamp(state.t) > timestamp(state.u)",
         ["state"],
     )
+    state = {
+        "a": 1,
+        "l": [1, 2],
+        "s": "abc",
+        "x": 7,
+        "t": "2026-12-03T10:00:00Z",
+        "u": "2026-12-02T10:00:00Z",
+    }
+    assert compiled.evaluate({"state": state}) is True
+    assert compiled.evaluate({"state": {**state, "l": [1]}}) is False

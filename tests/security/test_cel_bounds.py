@@ -160,3 +160,14 @@ def test_a_spent_segment_allowance_fails_even_a_tiny_expression():
         comp.evaluate({})
     assert caught.value.message == "expression failed: evaluation budget exceeded (time)"
     assert comp.evaluate({}) == 2  # outside a segment: no shared allowance
+
+
+@pytest.mark.parametrize("expression", ["state.xs.map(x, state)", "state.xs.map(x, state.s).size() > 0"])
+def test_a_fan_out_of_a_large_value_fails_on_size_whatever_the_clock(expression: str, monkeypatch: pytest.MonkeyPatch):
+    """Each value a macro produces is charged as it is produced: the fan-out trips the size
+    bound after a few elements, so the reason does not depend on how loaded the machine is (it
+    once flipped between "size" and "time" under CI load)."""
+    monkeypatch.setattr(expressions, "MAX_EVALUATION_CPU_MS", 60_000)
+    monkeypatch.setattr(expressions, "MAX_EVALUATION_WALL_MS", 60_000)
+    message, _ = _fails_fast(expression, {"xs": ITEMS, "s": BIG})
+    assert message == "expression failed: evaluation budget exceeded (size)"

@@ -121,7 +121,7 @@ class _Meter:
     """The budgets of one evaluation, shared by the evaluator, its macro sub-evaluators and the
     functions it calls (through :data:`_METER`)."""
 
-    __slots__ = ("allowance", "cpu_deadline", "cpu_started", "size", "steps", "wall_deadline")
+    __slots__ = ("allowance", "cpu_deadline", "cpu_started", "measured", "size", "steps", "wall_deadline")
 
     def __init__(self) -> None:
         self.steps = MAX_EVALUATION_STEPS
@@ -133,6 +133,10 @@ class _Meter:
             cpu = min(cpu, self.allowance[0])
         self.cpu_deadline = self.cpu_started + cpu
         self.wall_deadline = time.monotonic() + MAX_EVALUATION_WALL_MS / 1000
+        # id -> (value, deep size) of the containers already measured: a macro whose body
+        # returns the same large value each time measures it once (the value is kept alive so
+        # its id cannot be reused within the evaluation)
+        self.measured: dict[int, tuple[Any, int]] = {}
 
     def close(self) -> None:
         """Charge the CPU this evaluation used to the segment's allowance."""
@@ -155,6 +159,30 @@ class _Meter:
         self.size -= amount
         if self.size < 0:
             raise _BudgetExceeded("size")
+
+    def charge_deep(self, value: Any) -> None:
+        """Charge what :func:`from_cel` would charge for ``value``, as a macro produces it.
+
+        ``xs.map(x, state)`` builds a list holding one large value many times by reference:
+        charging each element as it is produced trips the size bound after a few elements,
+        the same way on every run, long before the clock (which a loaded machine moves)."""
+        self.charge(self._deep_size(value, 0))
+
+    def _deep_size(self, value: Any, depth: int) -> int:
+        if isinstance(value, str | bytes) or not isinstance(value, list | tuple | Mapping):
+            return len(value) + 1 if isinstance(value, str | bytes) else 1
+        known = self.measured.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
+        total = len(value) + 1
+        if depth < MAX_VALUE_DEPTH:
+            items = value.items() if isinstance(value, Mapping) else ((None, item) for item in value)
+            for key, item in items:
+                total += (1 if key is None else self._deep_size(key, depth + 1)) + self._deep_size(item, depth + 1)
+                if total > self.size:
+                    break  # over the budget already: the charge fails, no need to finish
+        self.measured[id(value)] = (value, total)
+        return total
 
 
 _METER: contextvars.ContextVar[_Meter | None] = contextvars.ContextVar("cel_meter", default=None)
@@ -191,6 +219,19 @@ class _BoundedEvaluator(Evaluator):
 
     def sub_evaluator(self, ast: lark.Tree) -> Evaluator:
         return _BoundedEvaluator(ast, activation=self.activation, meter=self._meter)
+
+    def build_macro_eval(self, child: lark.Tree) -> Any:
+        """``map``, ``filter`` and ``exists_one``: every value the body produces is charged to
+        the size budget as it is produced (see :meth:`_Meter.charge_deep`)."""
+        body = super().build_macro_eval(child)
+        meter = self._meter
+
+        def charged(value: Any) -> Any:
+            result = body(value)
+            meter.charge_deep(result)
+            return result
+
+        return charged
 
 
 # --- compile ---------------------------------------------------------------------------------

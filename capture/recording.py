@@ -26,6 +26,7 @@ from decimal import Decimal
 from functools import partial
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
 from capture import actor
@@ -72,6 +73,19 @@ def _wanted(field: models.Field[Any, Any], names: set[str] | frozenset[str] | No
     return names is None or field.name in names or field.attname in names or bool(field.primary_key)
 
 
+def _as_stored(field: models.Field[Any, Any], value: Any) -> Any:
+    """A value assigned as text to a non-text field (``invoice.amount = "1250.50"``, legal in
+    Django: the database converts it) as the field's own Python type, the way it is stored and
+    read back, so a trigger sees the same number whether the record was saved from a form's
+    text or from a Decimal. Text the field cannot parse stays text (the save itself will fail)."""
+    if not isinstance(value, str) or isinstance(field, models.CharField | models.TextField):
+        return value
+    try:
+        return field.to_python(value)
+    except (ValidationError, TypeError, ValueError):
+        return value
+
+
 def snapshot_of(instance: models.Model, names: set[str] | frozenset[str] | None) -> dict[str, Any]:
     """The named fields (all when None) of a record, plus its primary key. A foreign key is
     given under its name and its column name (``owner`` and ``owner_id``), both the key."""
@@ -79,7 +93,7 @@ def snapshot_of(instance: models.Model, names: set[str] | frozenset[str] | None)
     for field in _fields(type(instance)):
         if not _wanted(field, names):
             continue
-        value = json_value(field.value_from_object(instance))
+        value = json_value(_as_stored(field, field.value_from_object(instance)))
         out[field.name] = value
         if field.attname != field.name:
             out[field.attname] = value

@@ -147,3 +147,21 @@ def test_activating_a_trigger_in_this_process_is_seen_by_the_next_save(no_messag
     po.total = Decimal("2000")
     po.save()
     assert Capture.objects.filter(event="updated").exists()
+
+
+def test_a_number_assigned_as_text_is_captured_as_the_number_it_is_stored_as(deploy, no_messages):
+    """A form or a script may assign ``po.total = "1750.50"`` (Django and the database accept
+    it): the snapshot holds the number, so the trigger's ``record.total > previous.total``
+    compares numbers instead of failing with "no matching overload"; the same number as text
+    is no change at all."""
+    deploy(UPDATES)
+    po = order(total="1500.00")
+    Capture.objects.all().delete()
+    po.total = "1500.00"  # type: ignore[assignment]
+    po.save()
+    assert not Capture.objects.exists()
+    po.total = "1750.50"  # type: ignore[assignment]
+    po.save()
+    capture = Capture.objects.get(event="updated")
+    assert capture.changed == ["total"]
+    assert capture.snapshot["total"] == Decimal("1750.50") and capture.previous["total"] == 1500

@@ -341,12 +341,12 @@ def test_a_host_project_adds_switchyard_from_the_wheel(host: Host, tmp_path: Pat
         assert "Your decision “Approve” was recorded." in page.get_by_role("status").first.inner_text()
 
         page.goto(f"{root}/approvals/runs/{run_id}/")
-        for _ in range(60):
-            if page.locator("#run-status").inner_text() == "Completed":
-                break
-            time.sleep(0.5)
+
+        def completed() -> bool:
             page.reload()
-        assert page.locator("#run-status").inner_text() == "Completed", host.logs()
+            return page.locator("#run-status").inner_text() == "Completed"
+
+        wait_for(completed, what="the run page to show the run completed", host=host, timeout=30)
         assert page.locator("#acme-header").is_visible()
         assert "ada@acme.test" in page.content()  # the decision's actor, by e-mail
         page.screenshot(path=str(shots / "host-run.png"), full_page=True)

@@ -1,4 +1,5 @@
-"""The peer: DBOS Transact running the same approval shape, from ``../shared/peers/``.
+"""The peers, from ``../shared/peers/``: DBOS Transact running the same approval shape, and the
+raw-design ceiling (our own design's SQL in raw psycopg 3, no engine around it).
 
 Its scripts are run where they are (never copied), with their own virtualenv
 (``${TMPDIR:-/tmp}/perfvenv``, made by ``setup_venv.sh`` from PyPI when missing), on the same
@@ -131,3 +132,41 @@ def latency(server_url: str, n: int, rate: float, dbname: str, timeout: float) -
             raise SystemExit("bench: the DBOS peer failed (latency)")
         row = json.loads(out.read_text())
     return {"n": row["n"], "rate_per_s": rate, "completion_to_done_ms": row["latency_send_to_complete_ms"]}
+
+
+def ceiling(server_url: str, procs: int, seconds: float, dbname: str, timeout: float) -> dict[str, Any]:
+    """The ceiling of our own design: ``raw_design_bench.py --style leased`` (the 6-commit
+    workflow: start, claim, segment, complete, claim, segment) in ``procs`` processes for
+    ``seconds``, on the same server, in a database of its own (dropped afterwards)."""
+    python = ensure_venv()
+    with tempfile.TemporaryDirectory(prefix="switchyard-ceiling-") as tmp:
+        out = Path(tmp) / "ceiling.json"
+        env = {**os.environ, "BENCH_PG_URL": server_url}
+        args = ["--procs", str(procs), "--seconds", str(seconds), "--style", "leased", "--dbname", dbname]
+        proc = subprocess.run(
+            [str(python), str(PEERS / "raw_design_bench.py"), *args, "--out", str(out)],
+            cwd=PEERS,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            timeout=timeout + seconds,
+            check=False,
+        )
+        if proc.returncode != 0 or not out.exists():
+            raise SystemExit("bench: the raw-design ceiling failed")
+        row = json.loads(out.read_text().splitlines()[-1])
+    _drop(server_url, dbname)
+    return {
+        "style": row["style"],
+        "processes": row["procs"],
+        "seconds": row["elapsed_s"],
+        "runs_per_s": row["wf_per_s"],
+        "commits_per_run": row["commits_per_wf"],
+        "cpu_ms_per_run": row["cpu_ms_per_wf"],
+    }
+
+
+def _drop(server_url: str, dbname: str) -> None:
+    import psycopg
+
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')

@@ -363,6 +363,13 @@ def command_test(args: argparse.Namespace, pytest_args: list[str]) -> int:
         env["SWITCHYARD_DATA_DIR"] = str(ROOT / ".data" / "test")
         # That data is disposable: the embedded server may skip fsync (about 2x faster).
         env.setdefault("SWITCHYARD_EMBEDDED_DURABLE", "0")
+    if args.topology:
+        # several processes on the machine's services: PostgreSQL over TCP behind a PgBouncer
+        # the test starts, RabbitMQ (docs/operations.md, "Several machines")
+        env["SWITCHYARD_TOPOLOGY"] = "1"
+        env.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+        env.setdefault("SWITCHYARD_TEST_DB", "test_switchyard_topology")
+        pytest_args = pytest_args or ["tests/topology", "-p", "no:cacheprovider"]
     if args.coverage:
         argv = [sys.executable, "-m", "coverage", "run", "-m", "pytest", *pytest_args]
     else:
@@ -440,6 +447,11 @@ def main() -> int:
     )
     test = commands.add_parser("test", help="the whole suite; other arguments go to pytest", allow_abbrev=False)
     test.add_argument("--coverage", action="store_true", help="measure coverage and print a report")
+    test.add_argument(
+        "--topology",
+        action="store_true",
+        help="the multi-node test (tests/topology): two web nodes, two workers, beat, PgBouncer, RabbitMQ",
+    )
     lint = commands.add_parser("lint", help="ruff, ruff format, mypy, import contracts, migrations")
     lint.add_argument("steps", nargs="*", help=f"a subset of: {' '.join(LINT_STEPS)}")
     commands.add_parser("bench", help="the benchmarks under bench/")

@@ -4,7 +4,8 @@ Deployment reads: DATABASE_URL, CELERY_BROKER_URL, SECRET_KEY, DEBUG, ALLOWED_HO
 EMAIL_URL (smtp://user:pass@host:port, or console:// / locmem://), LOG_FORMAT (json|text),
 WORKFLOWS_EXECUTOR_ENABLED (false makes a recording-only node), METRICS_TOKEN,
 WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET, SECURE_COOKIES (and the SECURE_* details),
-DATABASE_POOL_MAX_SIZE / DATABASE_POOL_TIMEOUT.
+DATABASE_POOL_MAX_SIZE / DATABASE_POOL_TIMEOUT, DATABASE_TRANSACTION_POOLING (true behind
+PgBouncer in transaction pooling mode).
 Without DATABASE_URL an embedded PostgreSQL starts (see config/embedded.py); without
 CELERY_BROKER_URL a server-less filesystem broker is used.
 
@@ -163,6 +164,14 @@ if DATABASE_POOL_MAX_SIZE > 0 and not _celery_process():
         "timeout": float(os.environ.get("DATABASE_POOL_TIMEOUT", "30")),
         "max_idle": 300,
     }
+# Behind PgBouncer in transaction pooling mode (DATABASE_TRANSACTION_POOLING=true), a server
+# connection belongs to this process only for one transaction: nothing may outlive it. Django
+# then opens no server-side cursors (`.iterator()` would hold a cursor across transactions),
+# and the engine prepares no statements (it reads this same setting: a prepared statement
+# lives on one server connection, which the next transaction may not get). Everything else the
+# engine keeps is transaction-scoped already (set_config(..., true), pg_advisory_xact_lock).
+if env_bool("DATABASE_TRANSACTION_POOLING", False):
+    _db["DISABLE_SERVER_SIDE_CURSORS"] = True
 # Processes the test suite starts (a real Celery worker and beat) must use the database
 # pytest-django created, whose name only the test process knows.
 if os.environ.get("SWITCHYARD_DB_NAME"):

@@ -74,6 +74,14 @@ def decode_row(row: Sequence[Any], json_columns: tuple[int, ...]) -> tuple[Any, 
 PREPARE_THRESHOLD = 2
 
 
+def behind_transaction_pooler(wrapper: Any) -> bool:
+    """The database is reached through a transaction-pooling proxy (PgBouncer's
+    ``pool_mode = transaction``), configured the way Django documents it: with
+    ``DISABLE_SERVER_SIDE_CURSORS``. Nothing is prepared then (a prepared statement lives on
+    one server connection, and the next transaction may get another one)."""
+    return bool(wrapper.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
+
+
 @contextmanager
 def statement_cursor(prepared: bool) -> Iterator[Any]:
     """Django's cursor, or (``prepared``) the connection's server-binding cursor."""
@@ -90,7 +98,7 @@ def statement_cursor(prepared: bool) -> Iterator[Any]:
     # the next statement): creating one per statement costs more than a short statement
     held = getattr(wrapper, "_workflow_cursor", None)
     if held is None or held[0] is not raw:
-        if raw.prepare_threshold is None:
+        if raw.prepare_threshold is None and not behind_transaction_pooler(wrapper):
             raw.prepare_threshold = PREPARE_THRESHOLD  # affects server-binding cursors only
         held = (raw, psycopg.Cursor(raw))
         wrapper._workflow_cursor = held  # type: ignore[attr-defined]

@@ -214,9 +214,16 @@ CLONED: dict[str, dict[str, str]] = {
         "ended_at": f"CASE WHEN t.ended_at IS NULL THEN NULL ELSE now() - {AGE} END",
     },
     "workflow_history": {"run_id": "m.new", "at": f"t.at - {AGE}"},
-    "workflow_commands": {"run_id": "m.new"},
-    "workflow_parks": {"run_id": "m.new", "since": f"t.since - {AGE}"},
-    "workflow_tasks": {"id": "gen_random_uuid()", "run_id": "m.new", "created_at": f"t.created_at - {AGE}"},
+    "workflow_commands": {
+        "run_id": "m.new",
+        **{c: f"t.{c} - {AGE}" for c in ("recorded_at", "order_at", "available_at", "fire_at", "settled_at")},
+    },
+    "workflow_parks": {"run_id": "m.new", "since": f"t.since - {AGE}", "left_at": f"t.left_at - {AGE}"},
+    "workflow_tasks": {
+        "id": "gen_random_uuid()",
+        "run_id": "m.new",
+        **{c: f"t.{c} - {AGE}" for c in ("created_at", "updated_at", "closed_at", "claimed_at")},
+    },
 }
 
 

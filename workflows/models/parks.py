@@ -52,6 +52,16 @@ class Park(models.Model):
                 # park is its first entry, a page of the run picker a range of it
             ),
             models.Index(fields=["run", "left_at"], name="workflow_park_by_run"),
+            # the stuck-run radar: every open park (branches too), and each position's latest
+            # closed waits (its threshold), without reading the closed parks of every run
+            models.Index(
+                fields=["definition_id", "node"], name="workflow_park_waiting", condition=models.Q(left_at__isnull=True)
+            ),
+            models.Index(
+                fields=["definition_id", "node", "left_at"],
+                name="workflow_park_closed",
+                condition=models.Q(left_at__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -35,6 +35,7 @@ from workflows.queries.migration import (
 )
 from workflows.queries.ops import (
     RADAR_LIMIT,
+    RADAR_SAMPLE,
     capture_counts,
     commands_in_status,
     live_run_counts,
@@ -97,6 +98,7 @@ __all__ = [
     "HISTORY_FILTERS",
     "HISTORY_PAGE",
     "RADAR_LIMIT",
+    "RADAR_SAMPLE",
     "InboxFilters",
     "Startable",
     "all_tasks",

@@ -20,6 +20,8 @@ from workflows.queries.sql import QUERIES_SQL_DIR
 
 SQL = sql.load("ops", QUERIES_SQL_DIR)
 RADAR_LIMIT = 500
+# closed waits per position that make its threshold (the latest ones of the window)
+RADAR_SAMPLE = 1000
 
 
 def _ops_dicts(statement: str, params: Any = None) -> list[dict[str, Any]]:
@@ -85,15 +87,16 @@ def stuck_parks(
     floor_seconds: float = 3600,
     overrides: dict[str, float] | None = None,
     limit: int = RADAR_LIMIT,
+    sample: int = RADAR_SAMPLE,
 ) -> list[dict[str, Any]]:
     """Open parks of live runs that have waited longer than their position's threshold.
 
     The threshold of a position (definition id + node, every revision and scope of it: a step
     keeps its id across revisions, and a new revision has no history yet) is, in this order:
     ``overrides["<definition id>:<node>"]``, ``overrides["<definition id>"]``, else the
-    ``percentile`` of the waits at that position that closed in the last ``window_days``
-    (left by a signal, decision, timer... — moved and cancelled waits are not waits that
-    ended on their own), never below ``floor_seconds``. Most overdue (waited / threshold) first."""
+    ``percentile`` of the latest ``sample`` waits at that position that closed in the last
+    ``window_days`` (left by a signal, decision, timer... — moved and cancelled waits are not
+    waits that ended on their own), never below ``floor_seconds``. Most overdue (waited / threshold) first."""
     return _ops_dicts(
         SQL.stuck_parks,
         {
@@ -102,6 +105,7 @@ def stuck_parks(
             "floor": float(floor_seconds),
             "overrides": json.dumps({str(k): float(v) for k, v in (overrides or {}).items()}),
             "limit": int(limit),
+            "sample": int(sample),
         },
     )
 

@@ -48,7 +48,13 @@ from workflows.access import Capability, page_requires
 from workflows.exceptions import WorkflowError
 from workflows.views.dashboard import duration, run_url, url_or_none
 
-RADAR_DEFAULTS: dict[str, Any] = {"PERCENTILE": 0.95, "WINDOW_DAYS": 30, "FLOOR_SECONDS": 3600, "THRESHOLDS": {}}
+RADAR_DEFAULTS: dict[str, Any] = {
+    "PERCENTILE": 0.95,
+    "WINDOW_DAYS": 30,
+    "SAMPLE": queries.RADAR_SAMPLE,
+    "FLOOR_SECONDS": 3600,
+    "THRESHOLDS": {},
+}
 BULK_LIMIT = 500  # one confirmation touches at most this many runs
 ACTIONS = {"retry": ("Retry", Capability.RETRY), "cancel": ("Cancel", Capability.CANCEL)}
 
@@ -75,6 +81,7 @@ def radar(request: HttpRequest) -> HttpResponse:
         window_days=int(options["WINDOW_DAYS"]),
         floor_seconds=float(options["FLOOR_SECONDS"]),
         overrides=dict(options["THRESHOLDS"]),
+        sample=int(options["SAMPLE"]),
     )
     configured = {str(k) for k in options["THRESHOLDS"]}
     for row in parks:

@@ -8,7 +8,18 @@ r.id AS run_id, r.definition_id, r.scope, r.version, r.status AS run_status, r.c
 r.business_key, r.state_version, r.history_seq
 
 -- name: queue_health
--- The command queue at a glance, over the unsettled/attention statuses only.
+-- The command queue at a glance, over the unsettled/attention statuses only. One branch per
+-- partial index (workflow_cmd_due, workflow_cmd_leases, workflow_cmd_attention): a single
+-- `status IN (...)` over all of them matches none and scans the whole table, which grows with
+-- every settled command.
+WITH q AS (
+    SELECT status, available_at, NULL::timestamptz AS lease_until FROM workflow_commands
+    WHERE status IN ({CommandStatus.PENDING},{CommandStatus.DEFERRED})
+    UNION ALL
+    SELECT status, available_at, lease_until FROM workflow_commands WHERE status = {CommandStatus.CLAIMED}
+    UNION ALL
+    SELECT status, available_at, NULL FROM workflow_commands
+    WHERE status IN ({CommandStatus.PARKED},{CommandStatus.DEAD},{CommandStatus.OUTCOME_UNKNOWN}))
 SELECT count(*) FILTER (WHERE status = {CommandStatus.PENDING} AND available_at <= now()) AS pending,
     count(*) FILTER (WHERE status = {CommandStatus.PENDING} AND available_at > now()) AS scheduled,
     count(*) FILTER (WHERE status = {CommandStatus.DEFERRED}) AS deferred,
@@ -19,9 +30,7 @@ SELECT count(*) FILTER (WHERE status = {CommandStatus.PENDING} AND available_at 
     count(*) FILTER (WHERE status = {CommandStatus.OUTCOME_UNKNOWN}) AS outcome_unknown,
     coalesce(EXTRACT(EPOCH FROM now() - min(available_at) FILTER (WHERE status = {CommandStatus.PENDING}
         AND available_at <= now())), 0)::float AS oldest_pending_seconds, now() AS at
-FROM workflow_commands
-WHERE status IN ({CommandStatus.PENDING},{CommandStatus.DEFERRED},{CommandStatus.CLAIMED},
-    {CommandStatus.PARKED},{CommandStatus.DEAD},{CommandStatus.OUTCOME_UNKNOWN})
+FROM q
 
 -- name: runs_by_revision
 SELECT definition_id, scope, version, max(plan_hash) AS plan_hash, status, count(*) AS runs
@@ -39,10 +48,18 @@ FROM generate_series(date_trunc('minute', now()) - make_interval(mins => %s), da
 
 -- name: stuck_parks
 -- Open parks of live runs past their position's threshold, most overdue first.
-WITH stats AS (SELECT definition_id, node, count(*) AS samples, percentile_cont(%(pct)s) WITHIN GROUP
-        (ORDER BY EXTRACT(EPOCH FROM left_at - since)) AS typical FROM workflow_parks
-    WHERE left_at IS NOT NULL AND left_at >= now() - make_interval(days => %(days)s)
-        AND left_how NOT IN ('moved','cancelled') GROUP BY definition_id, node),
+-- A position's threshold reads its latest %(sample)s closed waits of the window (the index
+-- workflow_park_closed), only for the positions that have a park open (workflow_park_waiting):
+-- the cost does not grow with the parks every ended run left behind.
+WITH positions AS (SELECT DISTINCT definition_id, node FROM workflow_parks WHERE left_at IS NULL),
+stats AS (SELECT pos.definition_id, pos.node, count(*) AS samples,
+        percentile_cont(%(pct)s) WITHIN GROUP (ORDER BY w.seconds) AS typical
+    FROM positions pos CROSS JOIN LATERAL (
+        SELECT EXTRACT(EPOCH FROM c.left_at - c.since) AS seconds FROM workflow_parks c
+        WHERE c.definition_id = pos.definition_id AND c.node = pos.node AND c.left_at IS NOT NULL
+            AND c.left_at >= now() - make_interval(days => %(days)s) AND c.left_how NOT IN ('moved','cancelled')
+        ORDER BY c.left_at DESC LIMIT %(sample)s) w
+    GROUP BY pos.definition_id, pos.node),
 open AS (SELECT p.id AS park_id, p.node, p.kind, p.branch_id, p.since,
         EXTRACT(EPOCH FROM now() - p.since)::float AS waited_seconds, s.samples, s.typical,
         coalesce((%(overrides)s::jsonb ->> (p.definition_id || ':' || p.node))::float,

@@ -208,7 +208,7 @@ class RunsView(ApiView):
         responses={200: s.RunOut(many=True), **errors(400, 404, e404="NOT_FOUND: an invalid cursor")},
     )
     def get(self, request: Request) -> Response:
-        runs = filters.RunSearch.search(request, queries.runs())
+        runs = filters.RunSearch.search(request, queries.runs(waits=True))
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(runs, request, view=self) or []
         return paginator.get_paginated_response(s.RunOut([queries.run_dict(r) for r in page], many=True).data)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 
 from workflows.engine import sql
 from workflows.exceptions import DefinitionMissing, InstanceNotFound
@@ -39,9 +39,16 @@ from workflows.queries.tasks import open_tasks
 SQL = sql.load("runs", QUERIES_SQL_DIR)
 
 
+def _open_parks() -> Prefetch[Any]:
+    return Prefetch("parks", queryset=Park.objects.filter(left_at__isnull=True).order_by("since"), to_attr="waiting")
+
+
 def run_dict(run: Run) -> dict[str, Any]:
     waits = []
-    for park in run.parks.filter(left_at__isnull=True).order_by("since"):
+    parks = getattr(run, "waiting", None)
+    if parks is None:
+        parks = run.parks.filter(left_at__isnull=True).order_by("since")
+    for park in parks:
         waits.append({"kind": park.kind, "step": park.node, "branch": park.branch_id or None, "since": park.since})
     return {
         "id": str(run.id),
@@ -71,8 +78,10 @@ def query(*, run_id: Any) -> dict[str, Any]:
     return run_dict(run)
 
 
-def runs() -> QuerySet[Run]:
-    return Run.objects.all()
+def runs(*, waits: bool = False) -> QuerySet[Run]:
+    """Every run; with ``waits``, each with its open parks fetched with the page (one query for
+    the page, not one a run, for :func:`run_dict`)."""
+    return Run.objects.prefetch_related(_open_parks()) if waits else Run.objects.all()
 
 
 def commands(*, run_id: Any) -> QuerySet[Command]:

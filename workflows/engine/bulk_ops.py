@@ -34,7 +34,7 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 
-from workflows.engine import db, sql
+from workflows.engine import db, faults, sql
 from workflows.engine.actors import Actor
 from workflows.exceptions import WorkflowError
 from workflows.models import BulkItemStatus, BulkOperation, BulkOperationStatus
@@ -142,6 +142,7 @@ def apply_batch(*, operation_id: int, apply: Apply, size: int, max_attempts: int
         for column, value in zip(columns, (item["id"], status, code, detail, command_id, attempts), strict=True):
             column.append(value)
     if items:
+        faults.point("bulk_before_settle")  # the runs applied, their items not yet written
         db.execute(SQL.settle_items, columns)
         db.execute(SQL.progressed, [found["id"]])
     done = db.fetchone(SQL.finish, [found["id"]]) is not None

@@ -57,10 +57,11 @@ BODIES: dict[str, Any] = {
     "api:activation": {"version": 1},
     "api:capture-reconcile": {"replay": False, "reason": "matrix"},
     "api:migrations": {},
+    "api:bulk-operations": {"signal": {"name": "go"}},  # no runs chosen: a holder gets 400, nothing frozen
     "workflows:runs:cancel": {"reason": "matrix"},
     "admin:capture_capture_reconcile_confirm": {"reason": "matrix"},
 }
-BULK_ACTION = {Capability.RETRY: "retry", Capability.CANCEL: "cancel"}
+BULK_ACTION = {Capability.RETRY: "retry", Capability.CANCEL: "cancel", Capability.SIGNAL: "signal"}
 
 
 def deploy(n: int, version: int = 1) -> None:
@@ -98,13 +99,14 @@ def world() -> dict[str, Any]:
         model="demo.PurchaseOrder", object_pk="1", event="created", status="OUTCOME_UNKNOWN"
     )
     task = Task.objects.get(run_id=run_id)
+    bulk = operations.bulk_operation_create(action="retry", run_ids=[run_id])
     command = Command.objects.filter(run_id=run_id).order_by("id").first()
     assert command is not None
     ids = {
         "run": str(run_id), "run_id": str(run_id), "task": str(task.id), "task_id": str(task.id),
         "command_id": command.id, "seq": 1, "i": 0, "scope": "default", "definition_id": "access-1",
         "version": 1, "record": record, "record_id": record, "capture": capture.pk, "capture_id": capture.pk,
-        "decision": "resolve",
+        "decision": "resolve", "bulk": bulk,
     }  # fmt: skip
     return {"ids": ids}
 
@@ -153,6 +155,7 @@ def test_every_route_of_the_site_is_in_the_permission_matrix() -> None:
         TOKEN,
         ADMIN,
         (Capability.RETRY, Capability.CANCEL),
+        (Capability.CANCEL, Capability.RETRY, Capability.SIGNAL),
         frozenset({Capability.START, Capability.SIGNAL}),
     }
 

@@ -102,7 +102,7 @@ TOKEN = "metrics token"  # Authorization: Bearer <settings.METRICS_TOKEN>
 ADMIN = "django admin"  # is_staff opens the admin site; each model page asks its model permission
 
 Guard = Capability | str | tuple[Capability, ...] | frozenset[Capability]
-# a tuple: one of them, by the request (ops:bulk by its action); a frozenset: all of them
+# a tuple: one of them, by the request (ops:bulk and api:bulk-operations by its action); a frozenset: all of them
 # (signal-with-start both starts and signals)
 
 # URL name -> {HTTP method: what it needs}. Every named route of the site is here or under
@@ -144,6 +144,12 @@ ROUTES: dict[str, dict[str, Guard]] = {
     "api:migration": {"GET": Capability.MIGRATE},
     "api:migration-apply": {"POST": Capability.MIGRATE},
     "api:migration-runs": {"GET": Capability.MIGRATE},
+    "api:bulk-operations": {
+        "GET": Capability.VIEW_RUNS,
+        "POST": (Capability.CANCEL, Capability.RETRY, Capability.SIGNAL),
+    },
+    "api:bulk-operation": {"GET": Capability.VIEW_RUNS},
+    "api:bulk-operation-results": {"GET": Capability.VIEW_RUNS},
     # approvers' pages
     "workflows:inbox": {"GET": ASSIGNMENT},
     "workflows:task": {"GET": ASSIGNMENT, "POST": ASSIGNMENT},

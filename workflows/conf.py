@@ -49,6 +49,14 @@ SPEC: dict[str, dict[str, tuple[Any, Any, type]]] = {
     "MIGRATE": {
         "APPLY_BATCH": (200, 1, int),
     },
+    # bulk operations (POST /api/v1/bulk-operations/): the largest selection, the runs per
+    # batch (one transaction), and how long an open operation may go without a committed batch
+    # before the sweep resumes it
+    "BULK": {
+        "MAX_RUNS": (10000, 1, int),
+        "BATCH": (50, 1, int),
+        "STALLED_SECONDS": (30, 1, int),
+    },
     # Not in the reference texts: the secret webhooks are signed with (its own, never derived
     # from SECRET_KEY outside DEBUG) and the sign-in throttle of the admin and approver pages.
     "SECURITY": {
@@ -83,6 +91,7 @@ class WorkflowSettings:
     DEFINITIONS: Section
     CAPTURE: Section
     MIGRATE: Section
+    BULK: Section
     SECURITY: Section
     SERVICES: Section
 

@@ -7,7 +7,7 @@ a stable ``code``). Views, admin, the API and Celery tasks call these, never the
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,9 @@ __all__ = [
     "KeyedSignal",
     "Recorded",
     "await_idle",
+    "bulk_operation_apply_batch",
+    "bulk_operation_create",
+    "bulk_operations_stalled",
     "cancel",
     "cancel_confirmed",
     "complete_task",
@@ -723,3 +726,230 @@ def _replay_keyed(found: Dedup, fp: str) -> KeyedSignal:
     return KeyedSignal(
         str(found.run_id), started is not None, started, replayed(found.command_id, CommandKind.SIGNAL), True
     )
+
+
+# --- bulk operations (issue #31) ------------------------------------------------------------------
+#
+# One action (cancel, retry, signal) over a frozen selection of runs, applied in the background
+# in bounded batches by ``workflows.engine.bulk_ops`` through the operations above, so each run's
+# history and refusals are those of the single-run call.
+
+BULK_OPERATION = "BULK_OPERATION"  # the dedup kind of the creation's idempotency keys
+
+# the capability each bulk action needs (the same as the single-run endpoint's)
+BULK_CAPABILITIES = {"cancel": "CANCEL", "retry": "RETRY", "signal": "SIGNAL"}
+
+
+def bulk_operation_create(
+    *,
+    action: str,
+    run_ids: Iterable[Any],
+    filter: dict[str, Any] | None = None,
+    signal_name: str = "",
+    signal_payload: Any = None,
+    reason: str = "",
+    idempotency_key: str | None = None,
+    actor: Any = None,
+) -> int:
+    """Freeze a bulk operation: the record and one item per run, in one transaction; a Celery
+    task applies it after commit (the sweep resumes it if that message is lost). Answers the
+    record's id.
+
+    ``run_ids``: the ids asked for (``filter`` None: every one must name a run; repeats are
+    kept once), or the runs a filter matched (``filter``: the filter as given, kept on the
+    record; ``run_ids`` may be a lazy query, read inside the transaction). At most
+    ``BULK.MAX_RUNS`` runs. With ``idempotency_key`` a repeat with the same body answers the
+    first record and freezes nothing.
+    Refuses: INVALID_PAYLOAD (unknown action, signal without a name, payload bounds, an id
+    that names no run, a selection larger than ``BULK.MAX_RUNS``; pointers, no values),
+    IDEMPOTENCY_CONFLICT.
+    """
+    return int(
+        _whole_tx(
+            "bulk_operation_create",
+            _bulk_create,
+            action=action,
+            run_ids=run_ids,
+            filter=filter,
+            signal_name=signal_name,
+            signal_payload=signal_payload,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            actor=actors.coerce(actor),
+        )
+    )
+
+
+def _bulk_create(
+    *,
+    action: str,
+    run_ids: Iterable[Any],
+    filter: dict[str, Any] | None,
+    signal_name: str,
+    signal_payload: Any,
+    reason: str,
+    idempotency_key: str | None,
+    actor: actors.Actor,
+) -> int:
+    import itertools
+
+    from workflows import conf
+    from workflows.engine import bulk_ops, reconcile
+    from workflows.exceptions import InvalidPayload, Violation
+    from workflows.models import BulkAction
+
+    if action not in BulkAction.values:
+        raise InvalidPayload(
+            "unknown bulk action",
+            violations=[Violation(pointer="/action", type="enum", message="cancel, retry or signal")],
+        )
+    if action == BulkAction.SIGNAL:
+        if not isinstance(signal_name, str) or not signal_name.strip() or len(signal_name) > 255:
+            message = "a signal name of 1 to 255 characters is required"
+            raise InvalidPayload(
+                "the signal needs a name",
+                violations=[Violation(pointer="/signal/name", type="required", message=message)],
+            )
+        bounds.check_payload(signal_payload)
+    else:
+        signal_name, signal_payload = "", None
+    bounds.check_key(idempotency_key, "idempotency key")
+    reason = reconcile.clean_reason(reason)  # folded, control characters dropped, at most 1000
+    selection = "run_ids" if filter is None else "filter"
+    fp = None
+    if idempotency_key:
+        if filter is None:
+            run_ids = list(run_ids)
+        fp = commands.fingerprint(
+            {
+                "action": action,
+                "selection": filter if filter is not None else [str(r) for r in run_ids],
+                "signal": [signal_name, signal_payload],
+                "reason": reason,
+            }
+        )
+        scope = recording._caller(actor)
+        _advisory_lock(BULK_OPERATION, scope, idempotency_key)
+        found = Dedup.objects.filter(kind=BULK_OPERATION, scope=scope, key=idempotency_key).first()
+        if found is not None:
+            if found.fingerprint != fp:
+                raise IdempotencyConflict("the idempotency key was used for another request")
+            return int((found.result or {})["bulk_operation"])
+    limit = conf.get().BULK.MAX_RUNS
+    pointer = "/run_ids" if filter is None else "/filter"
+    chosen = list(itertools.islice(iter(run_ids), limit + 1))
+    if len(chosen) > limit:
+        message = f"selects more than {limit} runs; narrow the selection"
+        raise InvalidPayload(
+            "the selection is too large", violations=[Violation(pointer=pointer, type="max_items", message=message)]
+        )
+    ids = list(dict.fromkeys(_uuid_text(r) for r in chosen))
+    if filter is None:
+        found_ids = {str(r) for r in Run.objects.filter(pk__in=[i for i in ids if i]).values_list("id", flat=True)}
+        missing = [i for i, r in enumerate(chosen) if _uuid_text(r) not in found_ids]
+        if missing:
+            raise InvalidPayload(
+                "the selection names runs that do not exist",
+                violations=[
+                    Violation(pointer=f"/run_ids/{i}", type="not_found", message="no such run") for i in missing
+                ],
+            )
+    record_id = bulk_ops.freeze(
+        action=action,
+        run_ids=ids,
+        selection=selection,
+        filter=filter,
+        signal_name=signal_name,
+        signal_payload=signal_payload,
+        reason=reason,
+        actor=actor,
+    )
+    if idempotency_key and fp is not None:
+        Dedup.objects.create(
+            kind=BULK_OPERATION,
+            scope=recording._caller(actor),
+            key=idempotency_key,
+            fingerprint=fp,
+            result={"bulk_operation": record_id},
+        )
+    return record_id
+
+
+def _uuid_text(value: Any) -> str:
+    """A run id in its canonical text ("" for anything that is no UUID: it names no run)."""
+    import uuid
+
+    try:
+        return str(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+    except ValueError:
+        return ""
+
+
+def bulk_operation_apply_batch(*, operation_id: int) -> Any:
+    """Apply the next batch (``BULK.BATCH`` runs) of a bulk operation in one transaction: each
+    run through :func:`cancel`, :func:`retry` or :func:`signal` as the operation's creator, in
+    a savepoint; each item's outcome written with it. Answers ``bulk_ops.Batch`` (items
+    claimed, whether the operation is DONE). A creator who no longer holds the action's
+    capability gets NOT_PERMITTED on every run left. Safe to call twice at once (SKIP LOCKED).
+    """
+    from workflows import conf
+    from workflows.engine import bulk_ops
+
+    settings = conf.get()
+    return _whole_tx(
+        "bulk_operation_apply",
+        bulk_ops.apply_batch,
+        operation_id=int(operation_id),
+        apply=_bulk_action(),
+        size=settings.BULK.BATCH,
+        max_attempts=settings.EXECUTOR.MAX_ATTEMPTS,
+    )
+
+
+def _bulk_action() -> Any:
+    """The per-run step of a batch: the operation's action through the operations above, as
+    its creator, once the creator's capability is confirmed (asked once per batch)."""
+    from workflows.engine import bulk_ops
+    from workflows.exceptions import NotPermitted
+
+    permitted: dict[int, bool] = {}
+
+    def apply(operation: dict[str, Any], run_id: Any) -> int | None:
+        actor = bulk_ops.actor_of(operation)
+        if operation["id"] not in permitted:
+            permitted[operation["id"]] = _creator_may(operation, actor)
+        if not permitted[operation["id"]]:
+            raise NotPermitted("the operation's creator no longer holds the capability of its action")
+        if operation["action"] == "cancel":
+            cancel(run_id=run_id, reason=operation["reason"], actor=actor)
+            return None
+        if operation["action"] == "retry":
+            return retry(run_id=run_id, actor=actor).command_id
+        return signal(
+            run_id=run_id, name=operation["signal_name"], payload=operation["signal_payload"], actor=actor
+        ).command_id
+
+    return apply
+
+
+def _creator_may(operation: dict[str, Any], actor: actors.Actor) -> bool:
+    """Whether the user who created the operation still may apply it: an active user holding
+    the action's capability (``workflows.access``). A call without a user (the Python API, a
+    service) was trusted at creation, as the single-run operations trust it."""
+    from workflows import access, users
+    from workflows.models import ActorKind
+
+    if actor.kind != ActorKind.USER:
+        return True
+    user = users.named(users.active_users(), actor.id).first()
+    capability = access.Capability[BULK_CAPABILITIES[operation["action"]]]
+    return user is not None and access.has(user, capability)
+
+
+def bulk_operations_stalled() -> list[int]:
+    """Open bulk operations without a committed batch for ``BULK.STALLED_SECONDS`` (a lost
+    message or a killed worker): the sweep sends them to a worker again."""
+    from workflows import conf
+    from workflows.engine import bulk_ops
+
+    return bulk_ops.stalled(idle_seconds=conf.get().BULK.STALLED_SECONDS)

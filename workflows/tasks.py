@@ -7,6 +7,9 @@
   undelivered outbox intents, commands whose wake-up never came. Progress never depends on a
   message arriving.
 - ``workflows.deliver`` — deliver one outbox intent.
+- ``workflows.bulk_apply`` — apply a bulk operation's batches (``engine/bulk_ops.py``) for at
+  most ``EXECUTOR.DRAIN_SECONDS``, then hand the rest to a new message; the sweep resumes an
+  operation whose batches stopped (a lost message, a killed worker).
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from workflows import conf, publish
-from workflows.engine import executor, outbox, wakeups
+from workflows import conf, operations, publish
+from workflows.engine import bulk_ops, executor, outbox, wakeups
 
 log = logging.getLogger("workflows.tasks")
 ETA_HINT_LIMIT_SECONDS = 600  # later timers are found by the sweep, not by a long-lived ETA message
@@ -77,6 +80,8 @@ def sweep() -> int:
         due = outbox.due_intents()
     for intent_id in due:
         deliver.delay(intent_id)
+    for operation_id in operations.bulk_operations_stalled():
+        bulk_apply.delay(operation_id)
     budget = conf.get().EXECUTOR.DRAIN_SECONDS
     done = sum(executor.drain(run_id=run_id, budget_seconds=budget) for run_id in recovered)
     if _backlog_defers_sweep():
@@ -126,6 +131,23 @@ def deliver(intent_id: int) -> str:
     return outbox.deliver(intent_id)
 
 
+@shared_task(name="workflows.bulk_apply", ignore_result=True)
+def bulk_apply(operation_id: int) -> int:
+    """Batches of one bulk operation until it is done, another worker holds what is left, or
+    the time budget is spent (then a new message carries on). Answers the items applied."""
+    close_old_connections()
+    deadline = time.monotonic() + conf.get().EXECUTOR.DRAIN_SECONDS
+    applied = 0
+    while True:
+        batch = operations.bulk_operation_apply_batch(operation_id=int(operation_id))
+        applied += batch.claimed
+        if batch.done or not batch.claimed:
+            return applied
+        if time.monotonic() >= deadline:
+            bulk_apply.delay(int(operation_id))
+            return applied
+
+
 # The arguments' text for the worker's logs and the monitors (``argsrepr``), given rather than
 # left to Celery, whose ``saferepr`` of even one short argument is about a third of a publish;
 # with a Redis broker the message is written directly (``workflows.publish``).
@@ -162,3 +184,4 @@ def _write_carried_marks(**_: object) -> None:
 def install() -> None:
     """Connect the engine's after-commit wake-ups to Celery (called from AppConfig.ready)."""
     wakeups.set_notifier(_publish_runs, _publish_intents)
+    bulk_ops.set_notifier(lambda operation_id: bulk_apply.delay(operation_id))

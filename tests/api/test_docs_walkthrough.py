@@ -10,7 +10,8 @@ run gets the first time the doc shows it, and held to it after that. Instants on
 be instants; every other value of every documented output must be exactly as documented.
 
 ``make run`` has a Celery worker; so has this test, and between two commands it waits until
-the executor is idle (a person typing the next command takes longer than that).
+every bulk operation is done and the executor is idle (a person typing the next command takes
+longer than that).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.waiting import eventually
 from workflows import operations
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,6 +168,13 @@ class Walk:
         self.commands = 0
 
     def settle(self) -> None:
+        from workflows.models import OPEN_BULK_STATUSES, BulkOperation
+
+        eventually(
+            lambda: not BulkOperation.objects.filter(status__in=OPEN_BULK_STATUSES).exists(),
+            timeout=60,
+            what="the bulk operations to finish",
+        )
         report = operations.await_idle(timeout=60)
         assert report.idle, f"the executor did not go idle: {report}"
 

@@ -62,7 +62,13 @@ def _value(kwarg: str, name: str, template: str, ids: dict[str, Any]) -> Any:
     if kwarg == "id":
         if template.startswith("admin/auth/user/"):
             return ids.get("user")
-        for part, key in (("migrations/", "record"), ("captures/", "capture"), ("runs/", "run"), ("tasks/", "task")):
+        for part, key in (
+            ("bulk-operations/", "bulk"),
+            ("migrations/", "record"),
+            ("captures/", "capture"),
+            ("runs/", "run"),
+            ("tasks/", "task"),
+        ):
             if part in template:
                 return ids.get(key)
         return None

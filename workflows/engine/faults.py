@@ -21,7 +21,8 @@ per fired fault (``<pid> <point> <action>``) so a harness can count them.
 The points (see docs/reliability.md): ``after_claim`` (claimed, no segment yet),
 ``before_settle`` (inside the segment, before its fenced settlement), ``after_segment_commit``
 (committed, not yet reported), ``before_publish`` (committed, the after-commit wake-ups not yet
-sent), ``outbox_delivery`` (the receiver has the effect, the intent is not yet DELIVERED).
+sent), ``outbox_delivery`` (the receiver has the effect, the intent is not yet DELIVERED),
+``bulk_before_settle`` (a bulk operation's batch applied its runs, its items not yet written).
 The executor renews no lease (a segment's statements are bounded by the lease instead), so
 there is no renewal point here.
 
@@ -41,7 +42,14 @@ from typing import Any
 
 from workflows.engine import sql
 
-POINTS = ("after_claim", "before_settle", "after_segment_commit", "before_publish", "outbox_delivery")
+POINTS = (
+    "after_claim",
+    "before_settle",
+    "after_segment_commit",
+    "before_publish",
+    "outbox_delivery",
+    "bulk_before_settle",
+)
 ACTIONS = ("exit", "dberror", "raise", "stop")
 
 

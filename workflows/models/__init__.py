@@ -1,5 +1,13 @@
 from workflows.models.actors import ActorKind, AttributionStatus
 from workflows.models.branches import Branch, BranchStatus, Join
+from workflows.models.bulk import (
+    OPEN_BULK_STATUSES,
+    BulkAction,
+    BulkItemStatus,
+    BulkOperation,
+    BulkOperationItem,
+    BulkOperationStatus,
+)
 from workflows.models.commands import (
     Command,
     CommandKind,
@@ -21,11 +29,17 @@ from workflows.models.tasks import Task, TaskStatus
 __all__ = [
     "ENDED_STATUSES",
     "LIVE_STATUSES",
+    "OPEN_BULK_STATUSES",
     "Activation",
     "ActorKind",
     "AttributionStatus",
     "Branch",
     "BranchStatus",
+    "BulkAction",
+    "BulkItemStatus",
+    "BulkOperation",
+    "BulkOperationItem",
+    "BulkOperationStatus",
     "Command",
     "CommandKind",
     "CommandStatus",

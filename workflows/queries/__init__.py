@@ -5,6 +5,7 @@ by callers). Identity checks for tasks live here so every surface applies the sa
 - ``tasks``: the tasks a user may see and act on;
 - ``history``: the run viewer's history pages, decisions and path;
 - ``migration``: the Migrate dialog's and the bulk API's reads;
+- ``bulk``: bulk operations (cancel, retry, signal over many runs) and their per-run results;
 - ``ops``: the dashboard, the stuck-run radar and the metrics gauges (capture counts its own
   records, ``capture.queries``).
 
@@ -12,6 +13,7 @@ Callers use the package: ``from workflows import queries; queries.query(run_id=.
 statements are in ``workflows/queries/sql/*.sql``.
 """
 
+from workflows.queries.bulk import bulk_operation, bulk_operation_counts, bulk_operation_items, bulk_operations
 from workflows.queries.history import (
     HISTORY_FILTERS,
     HISTORY_PAGE,
@@ -103,6 +105,10 @@ __all__ = [
     "Startable",
     "all_tasks",
     "assignee_names",
+    "bulk_operation",
+    "bulk_operation_counts",
+    "bulk_operation_items",
+    "bulk_operations",
     "called_runs",
     "can_act_on_task",
     "cancel_preview",

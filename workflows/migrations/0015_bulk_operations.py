@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('workflows', '0013_run_state_gin'),
+        ('workflows', '0014_radar_indexes'),
     ]
 
     operations = [

@@ -144,6 +144,9 @@ ROUTES: dict[str, dict[str, Guard]] = {
     "api:migration": {"GET": Capability.MIGRATE},
     "api:migration-apply": {"POST": Capability.MIGRATE},
     "api:migration-runs": {"GET": Capability.MIGRATE},
+    "api:migration-pause": {"POST": Capability.MIGRATE},
+    "api:migration-resume": {"POST": Capability.MIGRATE},
+    "api:migration-close": {"POST": Capability.MIGRATE},
     # approvers' pages
     "workflows:inbox": {"GET": ASSIGNMENT},
     "workflows:task": {"GET": ASSIGNMENT, "POST": ASSIGNMENT},
@@ -171,6 +174,9 @@ ROUTES: dict[str, dict[str, Guard]] = {
     "workflows:migrate:apply": {"POST": Capability.MIGRATE},
     "workflows:migrate:progress": {"GET": Capability.MIGRATE},
     "workflows:migrate:discard": {"POST": Capability.MIGRATE},
+    "workflows:migrate:pause": {"POST": Capability.MIGRATE},
+    "workflows:migrate:resume": {"POST": Capability.MIGRATE},
+    "workflows:migrate:close": {"POST": Capability.MIGRATE},
     # operations dashboard and radar
     "ops:dashboard": {"GET": Capability.OPERATE},
     "ops:radar": {"GET": Capability.OPERATE},

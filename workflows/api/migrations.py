@@ -375,7 +375,7 @@ class MigrationCloseView(ApiView):
         summary="Close an applying or paused migration as partially applied (a reason is required)",
         parameters=[RECORD_ID],
         request=CloseInput,
-        responses={200: MigrationOut, **errors(400, 404, 409, 415, 503)},
+        responses={200: MigrationOut, **errors(400, 404, 409, 413, 415, 503)},
     )
     def post(self, request: Request, id: int) -> Response:
         body = valid(CloseInput, request.data or {})

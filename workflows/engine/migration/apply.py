@@ -52,6 +52,10 @@ class Progress:
         return self.counts.get(MigrationItemStatus.RECORDED, 0)
 
     @property
+    def not_applied(self) -> int:
+        return self.counts.get(MigrationItemStatus.NOT_APPLIED, 0)
+
+    @property
     def settled(self) -> int:
         return self.total - self.left - self.in_flight
 

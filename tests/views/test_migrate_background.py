@@ -111,3 +111,19 @@ def test_a_new_preview_in_the_dialog_replaces_its_previous_one(
     first.refresh_from_db()
     assert first.status == "DISCARDED"
     assert MigrationRecord.objects.exclude(pk=first.id).get().rows[0]["action"] == "cancel"
+
+
+def test_the_poll_that_finds_the_last_runs_applied_answers_the_finished_card(
+    parked: dict[str, list[str]], demo_users: dict[str, Any], drain: Callable[[], int]
+) -> None:
+    """The story: the ends were left to the executor; when it had applied them, the poll read
+    the record's status (still APPLYING) before the progress read that finishes the record, so
+    it answered a bar at 100 % without a poll, and the card said *Applying* for ever."""
+    client = admin_client(demo_users)
+    record = applying(client)
+    assert operations.migration_run_background(record_id=record.id, budget_seconds=10) == "waiting"
+    drain()  # the executor applies the ends
+    assert MigrationRecord.objects.get().status == "APPLYING"  # nobody has read the progress yet
+    polled = client.get(f"/migrate/records/{record.id}/progress/?part=live&seen=APPLYING&on=dialog", **HTMX)
+    assert polled["HX-Retarget"] == "#migration-progress-card"
+    assert "is done" in polled.content.decode()

@@ -591,7 +591,11 @@ def progress(request: HttpRequest, record_id: int) -> HttpResponse:
     (``seen``) answers the whole card in its place, with the controls that status offers."""
     if request.GET.get("part") == "live":
         seen = str(request.GET.get("seen", ""))[:16]
-        if seen and _status_of(record_id) not in (seen, ""):
+        try:  # first: reading the progress finishes a record whose last runs were applied
+            status = operations.migration_progress(record_id=record_id).status
+        except MigrationIllegalState:
+            raise Http404("no such migration") from None
+        if seen and status != seen:
             response = _render_progress(request, record_id, fresh=False)
             return reswap(retarget(response, "#migration-progress-card"), "outerHTML")
         return _render_progress(request, record_id, fresh=False, live=True)

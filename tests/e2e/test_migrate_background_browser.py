@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.engine.test_migration_bulk import REVISION_1, REVISION_2
+from tests.support.a11y import assert_accessible
 from tests.support.browser import login
 from workflows import conf, definitions, operations
 from workflows.engine import executor
@@ -90,8 +91,10 @@ def test_progress_advances_and_the_operator_pauses_resumes_and_closes(
     shots = DOCS if os.environ.get("SWITCHYARD_SCREENSHOTS") else tmp_path
     card.screenshot(path=str(shots / "migrate-background.png"))
 
-    # pause, confirmed in the card
-    card.locator("summary", has_text="Pause…").click()
+    assert_accessible(page, "the dialog with a migration being applied")
+    # pause, confirmed in the card (keyboard: the disclosure opens with Enter)
+    card.locator("summary", has_text="Pause…").focus()
+    page.keyboard.press("Enter")
     card.get_by_role("button", name="Yes, pause").click()
     card.get_by_role("heading", name=re.compile(r"Migration #\d+ is paused")).wait_for()
     assert MigrationRecord.objects.get().status == "PAUSED"
@@ -119,6 +122,7 @@ def test_progress_advances_and_the_operator_pauses_resumes_and_closes(
     card.get_by_role("button", name="Yes, close the migration").click()
     assert MigrationRecord.objects.get().status == "APPLYING"  # the form did not go without a reason
     card.get_by_label("Why (required)").fill("the managers' revision is wrong")
+    assert_accessible(page, "the record page with the close confirmation open")
     page.set_viewport_size({"width": 390, "height": 900})
     card.screenshot(path=str(tmp_path / "progress-close-narrow.png"))
     card.get_by_role("button", name="Yes, close the migration").click()

@@ -3,6 +3,7 @@
     python3 dev.py bench            # or: make bench   (about 10-13 minutes on 2 cores)
     python3 dev.py bench --quick    # a smoke run (about a minute)
     python3 dev.py bench --help     # every option
+    python3 dev.py bench migrate-apply [--migrate-n 5000]   # only the background apply rate
 
 On the machine's PostgreSQL (``DATABASE_URL``, default
 postgres://postgres@127.0.0.1:5432/switchyard_bench; the bench creates and drops its own
@@ -18,7 +19,9 @@ redis://127.0.0.1:6379/5), with two real Celery worker processes and beat:
    and the ceiling of our own design (``../shared/peers/raw_design_bench.py --style leased``:
    the same 6-commit workflow in raw psycopg 3), printed as ours/DBOS and ours/ceiling;
 4. scale: worker memory over many commands, compiling a 200-step document, a plan-cache
-   hit, the run viewer over a run with 10,000 history entries.
+   hit, the run viewer over a run with 10,000 history entries;
+5. the Migrate dialog's background apply: runs moved per second by the workers after one
+   Apply press (``bench/migrate_apply.py``; target at least 500).
 
 Writes ``bench/results/<time>-<mode>.json`` and prints a one-line summary. See
 docs/performance.md for what the figures mean and the last results.
@@ -54,7 +57,15 @@ def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="bench/run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    ap.add_argument(
+        "only",
+        nargs="?",
+        choices=["migrate-apply"],
+        help="run only this figure: migrate-apply (the background apply rate of the Migrate dialog)",
+    )
     ap.add_argument("--quick", action="store_true", help="a smoke run: small N, small scale figures (~1 min)")
+    ap.add_argument("--migrate-n", type=int, help="runs moved by the background apply (default 5000; quick 1000)")
+    ap.add_argument("--no-migrate-apply", action="store_true", help="skip the background apply figure")
     ap.add_argument("--n", type=int, help="runs in the throughput phase (default 2000; quick 300)")
     ap.add_argument("--latency-n", type=int, help="runs in the paced latency phase (default 200; quick 40)")
     ap.add_argument("--rate", type=float, default=20.0, help="paced completions per second (default 20)")
@@ -112,6 +123,7 @@ def parse_args() -> argparse.Namespace:
     args = ap.parse_args()
     quick = args.quick
     args.n = args.n or (300 if quick else 2000)
+    args.migrate_n = args.migrate_n or (1000 if quick else 5000)
     args.rounds = max(1, args.rounds or (1 if quick else 2))
     args.latency_n = args.latency_n or (40 if quick else 200)
     args.soak_commands = args.soak_commands if args.soak_commands is not None else (1000 if quick else 20000)
@@ -164,7 +176,51 @@ def main() -> int:
 
         hotpath.completer_main(args.tag, args.rate, args.threads, args.sync_dir)
         return 0
+    if args.only == "migrate-apply":
+        return run_migrate_apply(args, server_url, dbname, broker, env)
     return run_bench(args, server_url, dbname, broker, env)
+
+
+def run_migrate_apply(args: argparse.Namespace, server_url: str, dbname: str, broker: str, env: dict[str, str]) -> int:
+    """``python3 dev.py bench migrate-apply``: the background apply rate alone, with its own
+    database, two workers and beat; writes bench/results/<time>-migrate-apply.json."""
+    started = time.monotonic()
+    say(f"migrate-apply: database {dbname}, broker {broker}, pool {args.pool}, {args.migrate_n} runs")
+    measure.recreate_database(server_url, dbname)
+    if not args.keep_db:
+        atexit.register(lambda: measure.drop_database(server_url, dbname))
+    setup_django(env, "bench-client")
+    import hotpath
+    import migrate_apply
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from config.celery import app
+
+    app.control.purge()
+    logdir = Path(tempfile.mkdtemp(prefix="switchyard-bench-logs-"))
+    workers = hotpath.Workers(env=env, pool=args.pool, logdir=logdir)
+    try:
+        workers.start()
+        measure.wait_idle(args.idle_pct, args.idle_wait)
+        figures = migrate_apply.measure(args.migrate_n, timeout=args.timeout)
+    finally:
+        workers.stop()
+    shutil.rmtree(logdir, ignore_errors=True)
+    result = {
+        "mode": "migrate-apply",
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine(server_url),
+        "config": {"pool": args.pool, "migrate_n": args.migrate_n},
+        "ours": {"migrate_apply": figures},
+        "targets": {"migrate_apply_ge_500_runs_per_s": figures["runs_per_s"] >= migrate_apply.TARGET_RUNS_PER_S},
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+    out = args.out or BENCH / "results" / f"{time.strftime('%Y%m%d-%H%M%S')}-migrate-apply.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    say(migrate_apply.line(figures) + f" -> {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    return 0
 
 
 def run_bench(args: argparse.Namespace, server_url: str, dbname: str, broker: str, env: dict[str, str]) -> int:
@@ -254,6 +310,13 @@ def run_bench(args: argparse.Namespace, server_url: str, dbname: str, broker: st
                 f"  RSS {ours['worker_memory']['samples'][-1]['rss_mb']} MiB, growth after the first batch "
                 f"{ours['worker_memory']['growth_after_first_batch_mb']} MiB"
             )
+        if not args.no_migrate_apply:
+            import migrate_apply
+
+            measure.wait_idle(args.idle_pct, args.idle_wait)
+            say(f"migrate: background apply of {args.migrate_n} parked runs")
+            ours["migrate_apply"] = migrate_apply.measure(args.migrate_n, timeout=args.timeout)
+            say(f"  {migrate_apply.line(ours['migrate_apply'])}")
     finally:
         workers.stop()
         starter.close()
@@ -414,6 +477,8 @@ def targets(result: dict[str, Any]) -> dict[str, Any]:
         found["latency_p50_le_dbos"] = r["latency_p50_ours_over_dbos"] <= 1
     if "throughput_ours_over_ceiling" in r:
         found["throughput_ge_70pct_of_ceiling"] = r["throughput_ours_over_ceiling"] >= 0.7
+    if "migrate_apply" in ours:
+        found["migrate_apply_ge_500_runs_per_s"] = ours["migrate_apply"]["runs_per_s"] >= 500
     scale = result.get("scale")
     if scale:
         found["compile_200_steps_lt_100ms"] = scale["compile"]["compile_ms"]["median"] < 100
@@ -459,6 +524,8 @@ def one_line(result: dict[str, Any], out: Path) -> str:
         )
     if "worker_memory" in ours:
         parts.append(f"worker RSS growth {ours['worker_memory']['growth_after_first_batch_mb']} MiB")
+    if "migrate_apply" in ours:
+        parts.append(f"background migrate {ours['migrate_apply']['runs_per_s']} runs/s")
     missed = [k for k, ok in result["targets"].items() if not ok and "stretch" not in k]
     parts.append("targets met" if not missed else f"MISSED {', '.join(missed)}")
     try:

@@ -150,6 +150,9 @@ ROUTES: dict[str, dict[str, Guard]] = {
     },
     "api:bulk-operation": {"GET": Capability.VIEW_RUNS},
     "api:bulk-operation-results": {"GET": Capability.VIEW_RUNS},
+    "api:migration-pause": {"POST": Capability.MIGRATE},
+    "api:migration-resume": {"POST": Capability.MIGRATE},
+    "api:migration-close": {"POST": Capability.MIGRATE},
     # approvers' pages
     "workflows:inbox": {"GET": ASSIGNMENT},
     "workflows:task": {"GET": ASSIGNMENT, "POST": ASSIGNMENT},
@@ -177,6 +180,9 @@ ROUTES: dict[str, dict[str, Guard]] = {
     "workflows:migrate:apply": {"POST": Capability.MIGRATE},
     "workflows:migrate:progress": {"GET": Capability.MIGRATE},
     "workflows:migrate:discard": {"POST": Capability.MIGRATE},
+    "workflows:migrate:pause": {"POST": Capability.MIGRATE},
+    "workflows:migrate:resume": {"POST": Capability.MIGRATE},
+    "workflows:migrate:close": {"POST": Capability.MIGRATE},
     # operations dashboard and radar
     "ops:dashboard": {"GET": Capability.OPERATE},
     "ops:radar": {"GET": Capability.OPERATE},

@@ -97,6 +97,20 @@ class MigrationIllegalState(WorkflowError):
     title = "Migration refused"
 
 
+class RunsInOpenMigration(MigrationIllegalState):
+    """Selected runs are frozen in another migration that is not over (previewed, applying or
+    paused): a run belongs to one open migration at a time."""
+
+    code = "RUNS_IN_OPEN_MIGRATION"
+    title = "Runs already in an open migration"
+
+    def __init__(self, message: str = "", *, record_id: int | None = None, runs: int = 0, status: str = ""):
+        super().__init__(message)
+        self.record_id = record_id
+        self.runs = runs
+        self.record_status = status
+
+
 class LockTimeout(WorkflowError):
     """The run was busy for longer than LOCK_TIMEOUT_MS: retry the whole transaction."""
 

@@ -359,6 +359,7 @@ def migration_preview(
     rows: list[Any],
     actor: Any = None,
     reason: str = "",
+    replaces: int | None = None,
 ) -> int | None:
     """Freeze the runs selected per position as a PREVIEWED migration record; answers its id,
     or None when nothing is selected (an untouched dialog changes nothing).
@@ -366,7 +367,9 @@ def migration_preview(
     ``rows``: ``migration.RowRequest`` values or dicts ``{node, kind, action, target_node,
     runs}`` (``runs`` is ``"all"`` or a list of run ids parked there). Runs that are not
     parked at that position of the source revision are left out. Writes only the record.
-    Refuses: INVALID_PAYLOAD (unknown revision, action or target node; value-free).
+    ``replaces``: an earlier preview (of the same dialog) discarded in the same transaction.
+    Refuses: INVALID_PAYLOAD (unknown revision, action or target node; value-free),
+    RUNS_IN_OPEN_MIGRATION (a selected run is frozen in a migration that is not over).
     """
     from workflows.engine import migration
 
@@ -381,6 +384,7 @@ def migration_preview(
         rows=requests,
         actor=actors.coerce(actor),
         reason=reason,
+        replaces=replaces,
     )
 
 
@@ -397,6 +401,76 @@ def migration_apply(*, record_id: int, actor: Any = None, confirm: int | None = 
     return _tx(
         "migration_apply", migration.apply_batch, record_id=int(record_id), actor=actors.coerce(actor), confirm=confirm
     )
+
+
+def migration_apply_background(*, record_id: int, actor: Any = None, confirm: int | None = None) -> Any:
+    """Apply a previewed migration in the background: the record is marked APPLYING and, after
+    commit, a task applies it in bounded batches (each its own transaction) until nothing is
+    left; a worker killed mid-apply is replaced by the sweep once the record's lease lapses.
+    Answers the record's ``Progress`` at once. Calling it again for an applying record only
+    sends another task (harmless: one task at a time holds the record).
+
+    Refuses: MIGRATION_ILLEGAL_STATE (unknown, discarded, paused, closed or finished record),
+    INVALID_PAYLOAD (more than 100 runs without ``confirm`` equal to their number).
+    """
+    from workflows.engine import migration
+
+    return _tx(
+        "migration_apply_background",
+        migration.background.start,
+        record_id=int(record_id),
+        actor=actors.coerce(actor),
+        confirm=confirm,
+    )
+
+
+def migration_pause(*, record_id: int, actor: Any = None) -> Any:
+    """Pause a migration being applied: the batch under way (if any) finishes, no other starts.
+    Refuses MIGRATION_ILLEGAL_STATE (unknown record, or not applying)."""
+    from workflows.engine import migration
+
+    return _tx("migration_pause", migration.background.pause, record_id=int(record_id), actor=actors.coerce(actor))
+
+
+def migration_resume(*, record_id: int, actor: Any = None) -> Any:
+    """Resume a paused migration in the background. Refuses MIGRATION_ILLEGAL_STATE (unknown
+    record, or not paused)."""
+    from workflows.engine import migration
+
+    return _tx("migration_resume", migration.background.resume, record_id=int(record_id), actor=actors.coerce(actor))
+
+
+def migration_close(*, record_id: int, reason: str, actor: Any = None) -> Any:
+    """Close an applying or paused migration as partially applied, with a required reason (kept
+    on the record with who closed it). The runs not applied yet end NOT_APPLIED and stay where
+    they are; runs already handed to the executor get their command's outcome.
+    Refuses INVALID_PAYLOAD (blank reason), MIGRATION_ILLEGAL_STATE (unknown record, or neither
+    applying nor paused)."""
+    from workflows.engine import migration
+
+    return _tx(
+        "migration_close",
+        migration.background.close,
+        record_id=int(record_id),
+        actor=actors.coerce(actor),
+        reason=reason,
+    )
+
+
+def migration_run_background(*, record_id: int, budget_seconds: float) -> str:
+    """The background task's body: apply batches of a record while holding its lease (each
+    batch its own transaction). Answers ``held``, ``done``, ``stopped``, ``waiting`` or
+    ``more`` (the budget ran out: send the next task)."""
+    from workflows.engine import migration
+
+    return migration.background.run(record_id=int(record_id), budget_seconds=budget_seconds)
+
+
+def migration_due_background(*, limit: int = 100) -> list[int]:
+    """Migrations applying in the background that no live task holds (the sweep's backstop)."""
+    from workflows.engine import migration
+
+    return migration.background.due(limit=limit)
 
 
 def migration_progress(*, record_id: int) -> Any:

@@ -10,6 +10,9 @@
 - ``workflows.bulk_apply`` — apply a bulk operation's batches (``engine/bulk_ops.py``) for at
   most ``EXECUTOR.DRAIN_SECONDS``, then hand the rest to a new message; the sweep resumes an
   operation whose batches stopped (a lost message, a killed worker).
+- ``workflows.migration_apply`` — apply a migration record in the background, batch by batch,
+  while holding its lease; the sweep sends it again for a record whose lease lapsed (a killed
+  worker, a lost message), which carries on from the last committed batch.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from workflows import conf, operations, publish
-from workflows.engine import bulk_ops, executor, outbox, wakeups
+from workflows.engine import bulk_ops, executor, migration, outbox, wakeups
 
 log = logging.getLogger("workflows.tasks")
 ETA_HINT_LIMIT_SECONDS = 600  # later timers are found by the sweep, not by a long-lived ETA message
@@ -82,6 +85,7 @@ def sweep() -> int:
         deliver.delay(intent_id)
     for operation_id in operations.bulk_operations_stalled():
         bulk_apply.delay(operation_id)
+    _publish_migrations(operations.migration_due_background())
     budget = conf.get().EXECUTOR.DRAIN_SECONDS
     done = sum(executor.drain(run_id=run_id, budget_seconds=budget) for run_id in recovered)
     if _backlog_defers_sweep():
@@ -148,6 +152,25 @@ def bulk_apply(operation_id: int) -> int:
             return applied
 
 
+@shared_task(name="workflows.migration_apply", ignore_result=True)
+def migration_apply(record_id: int) -> str:
+    """Apply a background migration for at most ``EXECUTOR.DRAIN_SECONDS``, then hand on to a
+    new message (other work gets the worker in between). A repeated message finds the record
+    held by its first task and does nothing."""
+    close_old_connections()
+    outcome = operations.migration_run_background(
+        record_id=int(record_id), budget_seconds=conf.get().EXECUTOR.DRAIN_SECONDS
+    )
+    if outcome == "more":
+        _publish_migrations([int(record_id)])
+    return outcome
+
+
+def _publish_migrations(ids: list[int]) -> None:
+    for record_id in ids:
+        publish.publish(migration_apply, [int(record_id)], f"[{int(record_id)}]")
+
+
 # The arguments' text for the worker's logs and the monitors (``argsrepr``), given rather than
 # left to Celery, whose ``saferepr`` of even one short argument is about a third of a publish;
 # with a Redis broker the message is written directly (``workflows.publish``).
@@ -185,3 +208,4 @@ def install() -> None:
     """Connect the engine's after-commit wake-ups to Celery (called from AppConfig.ready)."""
     wakeups.set_notifier(_publish_runs, _publish_intents)
     bulk_ops.set_notifier(lambda operation_id: bulk_apply.delay(operation_id))
+    migration.background.set_notifier(_publish_migrations)

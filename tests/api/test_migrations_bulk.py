@@ -123,3 +123,76 @@ def test_bad_input_is_refused_value_free(
     assert answer.status_code == 400 and "LEAK-SENTINEL" not in answer.content.decode()
     assert answer.json()["violations"][0]["pointer"] == "/rows/0/target_node"
     assert api.get("/api/v1/migrations/999999/").status_code == 404
+
+
+REVIEW_ALL = {"node": "review", "kind": "TASK", "action": "move", "target_node": "manager-review", "runs": "all"}
+
+
+def test_background_apply_pause_resume_and_close_through_the_api(
+    parked: dict[str, list[str]],
+    make_user: Callable[..., User],
+    client_for: Callable[..., APIClient],
+) -> None:
+    api = client_for(make_user("mover", "workflows.migrate_runs"))
+    record_id = api.post("/api/v1/migrations/", body(review=REVIEW_ALL), format="json").json()["id"]
+
+    started = api.post(f"/api/v1/migrations/{record_id}/apply/", {"background": True}, format="json")
+    assert started.status_code == 200, started.content
+    data = started.json()
+    assert (data["status"], data["background"], data["left"], data["settled"], data["percent"]) == (
+        "APPLYING",
+        True,
+        3,
+        0,
+        0,
+    )
+    paused = api.post(f"/api/v1/migrations/{record_id}/pause/", format="json")
+    assert paused.status_code == 200 and (paused.json()["status"], paused.json()["paused_by"]) == ("PAUSED", "mover")
+    assert operations.migration_run_background(record_id=record_id, budget_seconds=5) == "held"  # nothing applied
+
+    again = api.post(f"/api/v1/migrations/{record_id}/pause/", format="json")
+    assert again.status_code == 409 and again["Content-Type"].startswith("application/problem+json")
+    assert again.json()["code"] == "MIGRATION_ILLEGAL_STATE"
+
+    no_reason = api.post(f"/api/v1/migrations/{record_id}/close/", {"reason": " "}, format="json")
+    assert no_reason.status_code == 400 and no_reason.json()["violations"][0]["pointer"] == "/reason"
+    assert api.get(f"/api/v1/migrations/{record_id}/").json()["status"] == "PAUSED"  # nothing changed
+
+    resumed = api.post(f"/api/v1/migrations/{record_id}/resume/", format="json")
+    assert resumed.status_code == 200 and resumed.json()["status"] == "APPLYING"
+    closed = api.post(f"/api/v1/migrations/{record_id}/close/", {"reason": "the target is wrong"}, format="json")
+    assert closed.status_code == 200, closed.content
+    data = closed.json()
+    assert (data["status"], data["closed_by"], data["close_reason"]) == ("CLOSED", "mover", "the target is wrong")
+    assert data["counts"] == {"NOT_APPLIED": 3} and data["left"] == 0
+    runs = api.get(f"/api/v1/migrations/{record_id}/runs/?status=NOT_APPLIED").json()["results"]
+    assert len(runs) == 3 and {r["detail"] for r in runs} == {"CLOSED"}
+
+
+def test_the_api_refuses_to_freeze_runs_of_an_open_migration(
+    parked: dict[str, list[str]],
+    make_user: Callable[..., User],
+    client_for: Callable[..., APIClient],
+) -> None:
+    api = client_for(make_user("mover", "workflows.migrate_runs"))
+    first = api.post("/api/v1/migrations/", body(review=REVIEW_ALL), format="json").json()["id"]
+    second = api.post("/api/v1/migrations/", body(review=REVIEW_ALL), format="json")
+    assert second.status_code == 409 and second["Content-Type"].startswith("application/problem+json")
+    problem = second.json()
+    assert problem["code"] == "RUNS_IN_OPEN_MIGRATION"
+    assert f"already in migration {first}" in problem["detail"] and "PO-" not in problem["detail"]
+
+
+def test_only_migrators_may_pause_resume_or_close(
+    parked: dict[str, list[str]],
+    make_user: Callable[..., User],
+    client_for: Callable[..., APIClient],
+) -> None:
+    api = client_for(make_user("mover", "workflows.migrate_runs"))
+    record_id = api.post("/api/v1/migrations/", body(review=REVIEW_ALL), format="json").json()["id"]
+    api.post(f"/api/v1/migrations/{record_id}/apply/", {"background": True}, format="json")
+    reader = client_for(make_user("reader", "workflows.view_run"))
+    for action, payload in (("pause", {}), ("resume", {}), ("close", {"reason": "x"})):
+        refused = reader.post(f"/api/v1/migrations/{record_id}/{action}/", payload, format="json")
+        assert refused.status_code == 403, action
+    assert api.get(f"/api/v1/migrations/{record_id}/").json()["status"] == "APPLYING"

@@ -123,6 +123,10 @@ def test_a_wrong_count_is_refused_next_to_the_confirmation_then_apply_refreshes_
     page.locator("#confirm").fill("3")
     page.get_by_role("button", name="Apply").click()
     page.locator("section.progress-card").wait_for()
+    # the background task (its body, run here) applies the record; the card's poll sees it done
+    record = MigrationRecord.objects.get()
+    assert migration.background.run(record_id=record.id, budget_seconds=10) == "done"
+    page.get_by_role("heading", name=re.compile(r"Migration #\d+ is done")).wait_for()
     # the dialog is read again: no run is left at review, nothing is selected, the total fell
     page.get_by_text("No runs are parked on revision 1").wait_for()
     assert page.locator("#parked-total").inner_text() == "3 runs"  # now on revision 2

@@ -139,7 +139,12 @@ class TestDialog:
         assert not Command.objects.filter(kind="MIGRATION").exists()  # a preview changes nothing
 
         page = client.post(f"/migrate/records/{record.id}/apply/").content.decode()
-        # the two moves are made by Apply itself, the cancels and ends wait for the executor
+        # Apply hands the record to a background task and answers at once with the progress
+        assert "Applying migration" in page and "Applying in the background: 6 runs left" in page
+        assert MigrationRecord.objects.get().status == "APPLYING"
+        operations.migration_run_background(record_id=record.id, budget_seconds=10)  # the task's body
+        page = client.get(f"/migrate/records/{record.id}/progress/").content.decode()
+        # the two moves are made by the batch itself, the cancels and ends wait for the executor
         assert 'value="2"' in page and "4 waiting for the executor" in page.replace("</strong> ", " ").replace(
             "<strong>", ""
         )
@@ -179,9 +184,10 @@ class TestDialog:
             refused = client.post(f"/migrate/records/{record.id}/apply/", {"confirm": "2"})
             assert refused.status_code == 422 and not Command.objects.filter(kind="MIGRATION").exists()
             page = client.post(f"/migrate/records/{record.id}/apply/", {"confirm": "3"}).content.decode()
-            assert "1 run left to apply" in page and "Apply the next batch" in page
-            drain()
-            page = client.post(f"/migrate/records/{record.id}/apply/").content.decode()
+            assert "Applying in the background: 3 runs left" in page
+            # the task applies batch after batch (two runs, then one), each its own transaction
+            assert operations.migration_run_background(record_id=record.id, budget_seconds=10) == "waiting"
+            assert Command.objects.filter(kind="MIGRATION").count() == 3
             drain()
             page = client.get(f"/migrate/records/{record.id}/progress/").content.decode()
             assert "3 of 3 runs done" in page

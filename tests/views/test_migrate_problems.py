@@ -132,7 +132,8 @@ class TestFreshDialog:
         page = client.post(f"/migrate/records/{record.id}/apply/", **HTMX).content.decode()
         assert '<div id="pair" hx-swap-oob="true">' in page and 'id="pair-form"' in page
         assert '<span id="parked-total" hx-swap-oob="true">' in page
-        assert page.count('class="position-row"') == 3  # the ends wait for the executor
+        assert page.count('class="position-row"') == 3  # the ends wait for the background task
+        operations.migration_run_background(record_id=record.id, budget_seconds=10)  # the task's body
         polled = client.get(f"/migrate/records/{record.id}/progress/", **HTMX).content.decode()
         assert 'hx-trigger="load delay:1s"' in polled and "hx-swap-oob" not in polled  # a poll in flight
         drain()

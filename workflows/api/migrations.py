@@ -10,6 +10,11 @@
 - ``POST /api/v1/migrations/{id}/apply/`` — apply the next batch (``MIGRATE.APPLY_BATCH``);
   call again while ``left`` is above zero. More than 100 runs need ``confirm`` = their number.
 - ``GET  /api/v1/migrations/{id}/runs/?status=`` — the outcome of every run, paged.
+- ``POST /api/v1/migrations/{id}/apply/`` with ``"background": true`` — hand the record to a
+  background task that applies every batch (the answer comes at once; poll the record).
+- ``POST /api/v1/migrations/{id}/pause/``, ``/resume/``, ``/close/`` (``{"reason": ...}``,
+  required) — the operator's controls of a background apply; a refusal is problem+json
+  (409 ``MIGRATION_ILLEGAL_STATE`` when the record is not in a state that allows it).
 
 Only callers with ``workflows.change_definitionversion`` or ``workflows.migrate_runs``.
 Adapters only: input serializer → ``workflows.operations`` / ``workflows.queries`` → output.
@@ -32,7 +37,7 @@ from workflows.api.base import PAGE, ApiView, errors, valid
 from workflows.exceptions import MigrationIllegalState
 
 NAME = 255
-ITEM_STATUSES = ["SELECTED", "RECORDED", "MOVED", "CANCELLED", "ENDED", "MOVED_ON", "REJECTED"]
+ITEM_STATUSES = ["SELECTED", "RECORDED", "MOVED", "CANCELLED", "ENDED", "MOVED_ON", "REJECTED", "NOT_APPLIED"]
 
 
 CanMigrate = permissions.CanMigrateRuns  # the migrate capability (workflows.access)
@@ -87,6 +92,11 @@ class MigrationInput(serializers.Serializer):
 
 class ApplyInput(serializers.Serializer):
     confirm = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+    background = serializers.BooleanField(required=False, default=False)
+
+
+class CloseInput(serializers.Serializer):
+    reason = serializers.CharField(max_length=1000, allow_blank=True)
 
 
 class RecordFilters(serializers.Serializer):
@@ -127,6 +137,12 @@ class MigrationOut(serializers.Serializer):
     counts = serializers.DictField(child=serializers.IntegerField(), required=False)
     left = serializers.IntegerField(required=False)
     in_flight = serializers.IntegerField(required=False)
+    settled = serializers.IntegerField(required=False)
+    percent = serializers.IntegerField(required=False)
+    background = serializers.BooleanField(required=False)
+    paused_by = serializers.CharField(required=False)
+    closed_by = serializers.CharField(required=False)
+    close_reason = serializers.CharField(required=False)
     preview = serializers.ListField(child=serializers.DictField(), required=False)
 
 
@@ -183,6 +199,10 @@ RECORD_FIELDS = (
     "applied_at",
     "finished_at",
     "total",
+    "background",
+    "paused_by",
+    "closed_by",
+    "close_reason",
 )
 
 
@@ -190,7 +210,14 @@ def as_dict(record: Any, *, progress: Any = None, preview: bool = False) -> dict
     data: dict[str, Any] = {f: getattr(record, f) for f in RECORD_FIELDS}
     data["rows"] = record.rows
     if progress is not None:
-        data.update(counts=progress.counts, left=progress.left, in_flight=progress.in_flight, status=progress.status)
+        data.update(
+            counts=progress.counts,
+            left=progress.left,
+            in_flight=progress.in_flight,
+            status=progress.status,
+            settled=progress.settled,
+            percent=progress.percent,
+        )
     if preview:
         facts = {f["row"]: f for f in queries.migration_row_facts(record_id=record.id)}
         data["preview"] = [
@@ -300,7 +327,60 @@ class MigrationApplyView(ApiView):
     def post(self, request: Request, id: int) -> Response:
         body = valid(ApplyInput, request.data or {})
         record_of(id)
-        progress = operations.migration_apply(record_id=id, actor=request.user, confirm=body.get("confirm"))
+        apply = operations.migration_apply_background if body["background"] else operations.migration_apply
+        progress = apply(record_id=id, actor=request.user, confirm=body.get("confirm"))
+        return Response(MigrationOut(as_dict(record_of(id), progress=progress)).data)
+
+
+class MigrationPauseView(ApiView):
+    write_permission = CanMigrate
+
+    @extend_schema(
+        operation_id="migrations_pause",
+        tags=["migrations"],
+        summary="Pause a migration applied in the background (the batch under way finishes)",
+        parameters=[RECORD_ID],
+        request=None,
+        responses={200: MigrationOut, **errors(404, 409, 503)},
+    )
+    def post(self, request: Request, id: int) -> Response:
+        record_of(id)
+        progress = operations.migration_pause(record_id=id, actor=request.user)
+        return Response(MigrationOut(as_dict(record_of(id), progress=progress)).data)
+
+
+class MigrationResumeView(ApiView):
+    write_permission = CanMigrate
+
+    @extend_schema(
+        operation_id="migrations_resume",
+        tags=["migrations"],
+        summary="Resume a paused migration in the background",
+        parameters=[RECORD_ID],
+        request=None,
+        responses={200: MigrationOut, **errors(404, 409, 503)},
+    )
+    def post(self, request: Request, id: int) -> Response:
+        record_of(id)
+        progress = operations.migration_resume(record_id=id, actor=request.user)
+        return Response(MigrationOut(as_dict(record_of(id), progress=progress)).data)
+
+
+class MigrationCloseView(ApiView):
+    write_permission = CanMigrate
+
+    @extend_schema(
+        operation_id="migrations_close",
+        tags=["migrations"],
+        summary="Close an applying or paused migration as partially applied (a reason is required)",
+        parameters=[RECORD_ID],
+        request=CloseInput,
+        responses={200: MigrationOut, **errors(400, 404, 409, 413, 415, 503)},
+    )
+    def post(self, request: Request, id: int) -> Response:
+        body = valid(CloseInput, request.data or {})
+        record_of(id)
+        progress = operations.migration_close(record_id=id, reason=body["reason"], actor=request.user)
         return Response(MigrationOut(as_dict(record_of(id), progress=progress)).data)
 
 
@@ -329,4 +409,7 @@ urlpatterns = [
     path("<int:id>/", MigrationView.as_view(), name="migration"),
     path("<int:id>/apply/", MigrationApplyView.as_view(), name="migration-apply"),
     path("<int:id>/runs/", MigrationRunsView.as_view(), name="migration-runs"),
+    path("<int:id>/pause/", MigrationPauseView.as_view(), name="migration-pause"),
+    path("<int:id>/resume/", MigrationResumeView.as_view(), name="migration-resume"),
+    path("<int:id>/close/", MigrationCloseView.as_view(), name="migration-close"),
 ]

@@ -18,7 +18,9 @@ from workflows.models.fields import json_field
 class MigrationRecordStatus(models.TextChoices):
     PREVIEWED = "PREVIEWED"  # runs frozen, nothing applied yet
     APPLYING = "APPLYING"  # some items recorded or applied, some left
+    PAUSED = "PAUSED"  # the background apply was paused by an operator; resume continues it
     DONE = "DONE"  # every item has an outcome
+    CLOSED = "CLOSED"  # closed as partially applied (with a reason): the items left are NOT_APPLIED
     DISCARDED = "DISCARDED"  # the preview was abandoned before Apply
 
 
@@ -30,9 +32,12 @@ class MigrationItemStatus(models.TextChoices):
     ENDED = "ENDED"
     MOVED_ON = "MOVED_ON"  # an approver, a timer or another writer reached the run first
     REJECTED = "REJECTED"  # the executor's checks refused it (the run is unchanged)
+    NOT_APPLIED = "NOT_APPLIED"  # left when the record was closed (or its preview discarded)
 
 
 OPEN_ITEM_STATUSES = (MigrationItemStatus.SELECTED, MigrationItemStatus.RECORDED)
+# a record whose SELECTED items may still be applied: their runs cannot be frozen into another
+OPEN_RECORD_STATUSES = (MigrationRecordStatus.PREVIEWED, MigrationRecordStatus.APPLYING, MigrationRecordStatus.PAUSED)
 
 
 class MigrationRecord(models.Model):
@@ -58,6 +63,18 @@ class MigrationRecord(models.Model):
     applied_by = models.CharField(max_length=255, blank=True, default="")
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Background apply (a Celery task applies the batches): the task holding the record renews
+    # ``lease_until`` (database clock) after every batch; a record left APPLYING with its lease
+    # lapsed (a killed worker, a lost message) is handed to a new task by the sweep.
+    background = models.BooleanField(default=False)
+    # who pressed Apply (kind, id, reason, on behalf of, status): the background batches'
+    # commands and history are attributed to them, as a press's own batch is
+    apply_actor = json_field(null=True, blank=True)
+    lease_token = models.CharField(max_length=64, blank=True, default="")
+    lease_until = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=255, blank=True, default="")
+    closed_by = models.CharField(max_length=255, blank=True, default="")
+    close_reason = models.CharField(max_length=1000, blank=True, default="")
 
     class Meta:
         db_table = "workflow_migration_records"
@@ -90,7 +107,15 @@ class MigrationItem(models.Model):
 
     class Meta:
         db_table = "workflow_migration_items"
-        constraints = [models.UniqueConstraint(fields=["record", "run"], name="workflow_migration_item_run")]
+        constraints = [
+            models.UniqueConstraint(fields=["record", "run"], name="workflow_migration_item_run"),
+            # a run is frozen into at most one record at a time (SELECTED or RECORDED there)
+            models.UniqueConstraint(
+                fields=["run"],
+                condition=models.Q(status__in=["SELECTED", "RECORDED"]),
+                name="workflow_migration_item_open_run",
+            ),
+        ]
         indexes = [models.Index(fields=["record", "status", "id"], name="workflow_migration_item_todo")]
 
     def __str__(self) -> str:

@@ -43,12 +43,19 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryD
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
 
 from workflows import access, conf, definitions, operations, queries
 from workflows.access import Capability, page_requires
-from workflows.exceptions import InvalidPayload, LockTimeout, MigrationIllegalState, PersistenceError
+from workflows.exceptions import (
+    InvalidPayload,
+    LockTimeout,
+    MigrationIllegalState,
+    PersistenceError,
+    RunsInOpenMigration,
+)
 
 PICKER_PAGE = 20
 MAX_ROWS = 500  # positions are bounded by the graph; this only bounds a forged form
@@ -74,6 +81,7 @@ STATUS_LABELS = {
     "ENDED": "ended",
     "MOVED_ON": "already moved on",
     "REJECTED": "rejected",
+    "NOT_APPLIED": "not applied (closed)",
 }
 ACTION_LABELS = {"move": "Move", "cancel": "Cancel", "end": "End"}
 
@@ -401,6 +409,20 @@ def preview(request: HttpRequest, scope: str, definition_id: str) -> HttpRespons
             rows=rows,
             actor=request.user,
             reason=reason,
+            replaces=_int(data.get("replaces")),
+        )
+    except RunsInOpenMigration as error:
+        return _refuse(
+            request,
+            409,
+            error.code,
+            _("The selected runs are in another migration"),
+            _(
+                "%(runs)s of the selected runs are frozen in migration #%(record)s, which is not over "
+                "(%(status)s). A run belongs to one open migration at a time: apply or discard that preview, "
+                "or close that migration, first. Nothing was frozen."
+            )
+            % {"runs": error.runs, "record": error.record_id, "status": _record_state(error.record_status)},
         )
     except InvalidPayload as error:
         return _refuse(request, 422, "INVALID_PAYLOAD", "The selection could not be frozen", _violations(error))
@@ -506,15 +528,25 @@ def _duration(seconds: float) -> str:
 @migrate_required
 @require_POST
 def apply(request: HttpRequest, record_id: int) -> HttpResponse:
+    """Apply: the record is handed to a background task at once, and the answer is the progress
+    card, which polls while the runs are applied."""
     confirm = _int(str(request.POST.get("confirm", "")).replace(",", "").replace(" ", ""))
     try:
-        operations.migration_apply(record_id=record_id, actor=request.user, confirm=confirm)
+        operations.migration_apply_background(record_id=record_id, actor=request.user, confirm=confirm)
     except InvalidPayload:
         text = "Type the number of runs exactly as shown to confirm a batch this large. Nothing was applied."
         if _htmx(request):
             return _problem(422, "CONFIRM_MISMATCH", "The number typed is not the number of runs", text)
         return _render_preview(request, record_id, status=422, error=text)
     except MigrationIllegalState:
+        if _status_of(record_id) in ("PAUSED", "CLOSED", "DONE"):
+            return _refuse(
+                request,
+                409,
+                "MIGRATION_ILLEGAL_STATE",
+                _("This migration is not waiting for Apply"),
+                _("It is paused, closed or done already; nothing was applied."),
+            )
         return _refuse(
             request,
             409,
@@ -533,22 +565,115 @@ def apply(request: HttpRequest, record_id: int) -> HttpResponse:
     return _render_progress(request, record_id, fresh=True)
 
 
+def _status_of(record_id: int) -> str:
+    try:
+        return str(queries.migration_record(record_id=record_id).status)
+    except MigrationIllegalState:
+        return ""
+
+
+RECORD_STATES = {
+    "PREVIEWED": "previewed, not applied",
+    "APPLYING": "being applied",
+    "PAUSED": "paused",
+}
+
+
+def _record_state(status: str) -> str:
+    return _(RECORD_STATES.get(status, status.lower()))
+
+
 @migrate_required
 @require_GET
 def progress(request: HttpRequest, record_id: int) -> HttpResponse:
+    """The progress card, or (``part=live``) only its polled part: the bar, the counts and the
+    runs not moved. A live poll that finds the record's status changed since the page drew it
+    (``seen``) answers the whole card in its place, with the controls that status offers."""
+    if request.GET.get("part") == "live":
+        seen = str(request.GET.get("seen", ""))[:16]
+        try:  # first: reading the progress finishes a record whose last runs were applied
+            status = operations.migration_progress(record_id=record_id).status
+        except MigrationIllegalState:
+            raise Http404("no such migration") from None
+        if seen and status != seen:
+            response = _render_progress(request, record_id, fresh=False)
+            return reswap(retarget(response, "#migration-progress-card"), "outerHTML")
+        return _render_progress(request, record_id, fresh=False, live=True)
     return _render_progress(request, record_id, fresh=False)
 
 
-def _render_progress(request: HttpRequest, record_id: int, *, fresh: bool) -> HttpResponse:
-    """The progress of a migration. For htmx, an Apply (``fresh``) and the poll that sees the
-    executor finish also carry the dialog re-read from the database, swapped out of band."""
+def _control(
+    request: HttpRequest, record_id: int, act: Callable[[], Any], *, confirmed_needed: bool = True
+) -> HttpResponse:
+    """Pause, resume or close: confirmed in the card (``confirmed=1``), refused in problem+json
+    for htmx (the alert region of the card) with nothing changed."""
+    if confirmed_needed and request.POST.get("confirmed") != "1":
+        return _refuse(
+            request, 400, "NOT_CONFIRMED", _("Not confirmed"), _("Confirm in the card first; nothing was changed.")
+        )
+    try:
+        act()
+    except InvalidPayload:
+        if _htmx(request):
+            return _problem(
+                422,
+                "INVALID_PAYLOAD",
+                _("A reason is required"),
+                _("Say why the migration is closed; nothing was changed."),
+                [{"pointer": "/reason", "type": "required", "message": _("A reason is required.")}],
+            )
+        return _message(request, _("A reason is required; nothing was changed."), status=422, tone="error")
+    except MigrationIllegalState:
+        return _refuse(
+            request,
+            409,
+            "MIGRATION_ILLEGAL_STATE",
+            _("The migration has moved on"),
+            _("It is no longer in a state that allows this (it may have finished meanwhile); nothing was changed."),
+        )
+    except (LockTimeout, PersistenceError):
+        return _refuse(
+            request, 503, "BUSY", "The database is busy", _("The database is busy; nothing was changed. Try again.")
+        )
+    return _render_progress(request, record_id, fresh=False)
+
+
+@migrate_required
+@require_POST
+def pause(request: HttpRequest, record_id: int) -> HttpResponse:
+    return _control(request, record_id, lambda: operations.migration_pause(record_id=record_id, actor=request.user))
+
+
+@migrate_required
+@require_POST
+def resume(request: HttpRequest, record_id: int) -> HttpResponse:
+    return _control(request, record_id, lambda: operations.migration_resume(record_id=record_id, actor=request.user))
+
+
+@migrate_required
+@require_POST
+def close(request: HttpRequest, record_id: int) -> HttpResponse:
+    reason = str(request.POST.get("reason", ""))[:2000]
+    return _control(
+        request,
+        record_id,
+        lambda: operations.migration_close(record_id=record_id, reason=reason, actor=request.user),
+    )
+
+
+def _render_progress(request: HttpRequest, record_id: int, *, fresh: bool, live: bool = False) -> HttpResponse:
+    """The progress of a migration. For htmx in the dialog (``on=dialog``), an Apply
+    (``fresh``) and the poll that sees the record finish also carry the dialog re-read from the
+    database, swapped out of band."""
     try:
         state = operations.migration_progress(record_id=record_id)
     except MigrationIllegalState:
         raise Http404("no such migration") from None
     record = queries.migration_record(record_id=record_id)
+    on = "record" if request.GET.get("on") == "record" else "dialog"
+    polling = state.status == "APPLYING" or bool(state.in_flight)
     dialog: dict[str, Any] = {}
-    if _htmx(request) and (fresh or not state.in_flight):
+    if _htmx(request) and on == "dialog" and not live and (fresh or not polling):
         dialog = _dialog_context(record.scope, record.definition_id, record.source_version, record.target_version)
     trouble = _labelled(
         queries.migration_items(record_id=record_id).filter(status__in=["MOVED_ON", "REJECTED"])[:OUTCOMES_PAGE]
@@ -558,16 +683,25 @@ def _render_progress(request: HttpRequest, record_id: int, *, fresh: bool) -> Ht
         "fresh": bool(dialog),
         "record": record,
         "progress": state,
-        "counts": [
-            (STATUS_LABELS[s], state.counts.get(s, 0), s.lower())
-            for s in ("MOVED", "CANCELLED", "ENDED", "MOVED_ON", "REJECTED", "RECORDED", "SELECTED")
-            if state.counts.get(s)
-        ],
+        "polling": polling,
+        "on": on,
+        "applied": state.settled - state.not_applied,
+        "counts": _outcome_counts(state),
         "trouble": trouble,
         "status_labels": STATUS_LABELS,
         "urls": _urls(record.scope, record.definition_id, record.id),
     }
-    return render(request, "workflows/migrate/_progress.html", context)
+    template = "workflows/migrate/_progress_live.html" if live else "workflows/migrate/_progress.html"
+    return render(request, template, context)
+
+
+OUTCOME_ORDER = ("MOVED", "CANCELLED", "ENDED", "MOVED_ON", "REJECTED", "NOT_APPLIED", "RECORDED", "SELECTED")
+
+
+def _outcome_counts(state: Any) -> list[tuple[str, int, str]]:
+    """(label, number, key) per outcome present: moved, cancelled, ended, already moved on
+    (skipped: stale), rejected (failed), not applied (closed), then what is still open."""
+    return [(STATUS_LABELS[s], state.counts.get(s, 0), s.lower()) for s in OUTCOME_ORDER if state.counts.get(s)]
 
 
 @migrate_required
@@ -639,6 +773,11 @@ def record(request: HttpRequest, record_id: int) -> HttpResponse:
             "record": rec,
             "rows": rows,
             "progress": state,
+            "polling": state.status == "APPLYING" or bool(state.in_flight),
+            "on": "record",
+            "applied": state.settled - state.not_applied,
+            "counts": _outcome_counts(state),
+            "trouble": [],
             "status": status,
             "statuses": [(s, STATUS_LABELS[s], state.counts.get(s, 0)) for s in STATUS_LABELS if state.counts.get(s)],
             "page": page,
@@ -671,6 +810,9 @@ def _urls(scope: str, definition_id: str, record_id: int | None = None) -> dict[
                 "apply": reverse("workflows:migrate:apply", args=[record_id]),
                 "progress": reverse("workflows:migrate:progress", args=[record_id]),
                 "discard": reverse("workflows:migrate:discard", args=[record_id]),
+                "pause": reverse("workflows:migrate:pause", args=[record_id]),
+                "resume": reverse("workflows:migrate:resume", args=[record_id]),
+                "close": reverse("workflows:migrate:close", args=[record_id]),
             }
         )
     return urls

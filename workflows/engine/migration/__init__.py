@@ -5,12 +5,15 @@
 - ``positions``: where runs are parked (counts per position, the runs at one);
 - ``preview``: the selection frozen as a PREVIEWED record, and what Apply will do per row;
 - ``apply``: Apply in bounded batches, and a record's progress;
-- ``bulk``: the moves Apply makes set-based (the rest get MIGRATION commands).
+- ``bulk``: the moves Apply makes set-based (the rest get MIGRATION commands);
+- ``background``: Apply handed to a task (batches under a lease, resumed by the sweep after a
+  crash), pause, resume and close.
 
 Each module imports the ones it needs directly; this package re-exports what callers use,
 so ``from workflows.engine import migration; migration.freeze(...)`` reads as one module.
 """
 
+from workflows.engine.migration import background
 from workflows.engine.migration.apply import apply_batch, progress
 from workflows.engine.migration.handler import (
     apply_migration,
@@ -40,6 +43,7 @@ __all__ = [
     "RowRequest",
     "apply_batch",
     "apply_migration",
+    "background",
     "counted_positions",
     "describe_target",
     "discard",

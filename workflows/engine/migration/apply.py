@@ -52,6 +52,10 @@ class Progress:
         return self.counts.get(MigrationItemStatus.RECORDED, 0)
 
     @property
+    def not_applied(self) -> int:
+        return self.counts.get(MigrationItemStatus.NOT_APPLIED, 0)
+
+    @property
     def settled(self) -> int:
         return self.total - self.left - self.in_flight
 
@@ -67,7 +71,7 @@ def apply_batch(*, record_id: int, actor: Actor, confirm: int | None = None, lim
     selected at, ended, or with another migration pending is marked MOVED_ON (not forced); a
     failed run REJECTED; a run whose lock is busy right now stays for the next Apply. The
     executor checks each command again when it applies it.
-    Refuses: MIGRATION_ILLEGAL_STATE (discarded or unknown record), INVALID_PAYLOAD (a batch of
+    Refuses: MIGRATION_ILLEGAL_STATE (discarded, paused, closed or unknown record), INVALID_PAYLOAD (a batch of
     more than 100 runs applied for the first time without ``confirm`` equal to its size).
     """
     batch = int(limit or conf.get().MIGRATE.APPLY_BATCH)
@@ -81,13 +85,12 @@ def apply_batch(*, record_id: int, actor: Actor, confirm: int | None = None, lim
             raise MigrationIllegalState("migration record not found")
         if rec["status"] == MigrationRecordStatus.DISCARDED:
             raise MigrationIllegalState("the preview was discarded")
-        if rec["status"] == MigrationRecordStatus.PREVIEWED and rec["total"] > LARGE_BATCH and confirm != rec["total"]:
-            raise InvalidPayload(
-                "a batch of more than 100 runs needs its number of runs typed as confirmation",
-                violations=[
-                    Violation(pointer="/confirm", type="confirmation", message="type the number of runs to confirm")
-                ],
-            )
+        if rec["status"] == MigrationRecordStatus.PAUSED:
+            raise MigrationIllegalState("the migration is paused; resume it")
+        if rec["status"] == MigrationRecordStatus.CLOSED:
+            raise MigrationIllegalState("the migration was closed")
+        if rec["status"] == MigrationRecordStatus.PREVIEWED:
+            check_confirm(rec, confirm)
         items = db.fetchdicts(
             SQL.next_items,
             [record_id, batch],
@@ -108,6 +111,17 @@ def apply_batch(*, record_id: int, actor: Actor, confirm: int | None = None, lim
             [actor_label(actor), record_id],
         )
     return progress(record_id=record_id)
+
+
+def check_confirm(rec: dict[str, Any], confirm: int | None) -> None:
+    """The first Apply of more than ``LARGE_BATCH`` runs needs their number typed back."""
+    if rec["total"] > LARGE_BATCH and confirm != rec["total"]:
+        raise InvalidPayload(
+            "a batch of more than 100 runs needs its number of runs typed as confirmation",
+            violations=[
+                Violation(pointer="/confirm", type="confirmation", message="type the number of runs to confirm")
+            ],
+        )
 
 
 # The execution locks of a batch of runs, taken together without waiting: a run whose lock is
@@ -218,7 +232,7 @@ def progress(*, record_id: int) -> Progress:
         }
         status = rec["status"]
         if (
-            status == MigrationRecordStatus.APPLYING
+            status in (MigrationRecordStatus.APPLYING, MigrationRecordStatus.PAUSED)
             and not counts.get(MigrationItemStatus.SELECTED)
             and not counts.get(MigrationItemStatus.RECORDED)
         ):

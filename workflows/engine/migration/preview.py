@@ -22,9 +22,10 @@ from workflows.engine import db, sql
 from workflows.engine.actors import Actor
 from workflows.engine.migration.handler import ACTIONS, actor_label
 from workflows.engine.migration.positions import NOT_FAILED
-from workflows.exceptions import InvalidPayload, Violation, WorkflowError
+from workflows.exceptions import InvalidPayload, RunsInOpenMigration, Violation, WorkflowError
 
 SQL = sql.load("migration_preview")
+BACKGROUND_SQL = sql.load("migration_background")
 
 
 @dataclass
@@ -68,10 +69,16 @@ def freeze(
     rows: list[RowRequest],
     actor: Actor,
     reason: str = "",
+    replaces: int | None = None,
 ) -> int | None:
     """Freeze the selected runs as a PREVIEWED migration record; None when nothing is selected.
 
-    Refuses INVALID_PAYLOAD (value-free) for an unknown revision, action or target node.
+    ``replaces``: a preview of the same dialog that this one supersedes; it is discarded first
+    (when it is still only previewed), so its runs can be frozen again.
+    Refuses INVALID_PAYLOAD (value-free) for an unknown revision, action or target node, and
+    RUNS_IN_OPEN_MIGRATION when a selected run is frozen in another migration that is not over
+    (previewed, applying or paused: apply, discard or close that one first). Nothing is written
+    then.
     """
     from workflows.engine.actors import sanitise
 
@@ -94,6 +101,8 @@ def freeze(
             if r.target_node not in target_plan.steps:
                 raise _bad(f"/rows/{i}/target_node", "the target revision has no such node")
     with transaction.atomic():
+        if replaces is not None:
+            discard(record_id=int(replaces))
         record_id = db.fetchone(
             SQL.insert_record,
             [
@@ -122,6 +131,7 @@ def freeze(
                     continue
                 where += " AND p.run_id = ANY(%s::uuid[])"
                 params.append(ids)
+            _refuse_runs_open_elsewhere(rid, where, params)
             frozen = db.execute(
                 SQL.freeze_items.format(where=where),
                 [rid, i, r.action, r.target_node if r.action == "move" else "", *params],
@@ -146,6 +156,22 @@ def freeze(
     return rid
 
 
+def _refuse_runs_open_elsewhere(record_id: int, where: str, params: list[Any]) -> None:
+    """A run is frozen into one open migration at a time (the partial unique index
+    ``workflow_migration_item_open_run`` holds it against a concurrent freeze, whose insert then
+    skips the run)."""
+    found = db.fetchall(BACKGROUND_SQL.frozen_elsewhere.format(where=where), [record_id, *params])
+    if found:
+        other, status, _ = found[0]
+        total = sum(int(r[2]) for r in found)
+        raise RunsInOpenMigration(
+            f"{total} of the selected runs are already in migration {int(other)}, which is not over",
+            record_id=int(other),
+            runs=total,
+            status=str(status),
+        )
+
+
 def _uuids(values: Iterable[Any]) -> list[str]:
     found = []
     for v in values:
@@ -158,12 +184,10 @@ def _uuids(values: Iterable[Any]) -> list[str]:
 
 def discard(*, record_id: int) -> bool:
     """Abandon a preview that was never applied (its frozen runs are released)."""
-    return bool(
-        db.execute(
-            SQL.discard,
-            [record_id],
-        )
-    )
+    if not db.execute(SQL.discard, [record_id]):
+        return False
+    db.execute(SQL.discard_items, [record_id])
+    return True
 
 
 def describe_target(step: p.Step | None) -> dict[str, Any]:

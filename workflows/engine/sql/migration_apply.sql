@@ -61,5 +61,6 @@ SELECT status, total FROM workflow_migration_records WHERE id = %s;
 SELECT status, count(*) FROM workflow_migration_items WHERE record_id = %s GROUP BY status;
 
 -- name: finish_record
-UPDATE workflow_migration_records SET status = {MigrationRecordStatus.DONE}, finished_at = now(), updated_at = now()
-WHERE id = %s AND status = {MigrationRecordStatus.APPLYING};
+UPDATE workflow_migration_records SET status = {MigrationRecordStatus.DONE}, finished_at = now(), updated_at = now(),
+    lease_token = '', lease_until = NULL
+WHERE id = %s AND status IN ({MigrationRecordStatus.APPLYING},{MigrationRecordStatus.PAUSED});

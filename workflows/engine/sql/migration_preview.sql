@@ -7,16 +7,23 @@ WHERE scope = %s AND definition_id = %s AND version = %s;
 
 -- name: insert_record
 INSERT INTO workflow_migration_records (scope, definition_id, source_version, target_version,
-    target_scope, created_by, reason, status, rows, total, created_at, applied_by, updated_at)
-VALUES (%s,%s,%s,%s,%s,%s,%s,{MigrationRecordStatus.PREVIEWED},'[]',0,now(),'',now()) RETURNING id;
+    target_scope, created_by, reason, status, rows, total, created_at, applied_by, updated_at,
+    background, lease_token, paused_by, closed_by, close_reason)
+VALUES (%s,%s,%s,%s,%s,%s,%s,{MigrationRecordStatus.PREVIEWED},'[]',0,now(),'',now(),false,'','','','')
+RETURNING id;
 
 -- name: record_rows
 UPDATE workflow_migration_records SET rows = %s, total = %s WHERE id = %s;
 
 -- name: discard
--- Abandon a preview that was never applied (its frozen runs are released).
+-- Abandon a preview that was never applied (its frozen runs are released: see discard_items).
 UPDATE workflow_migration_records SET status = {MigrationRecordStatus.DISCARDED}, updated_at = now()
 WHERE id = %s AND status = {MigrationRecordStatus.PREVIEWED};
+
+-- name: discard_items
+UPDATE workflow_migration_items SET status = {MigrationItemStatus.NOT_APPLIED}, detail = 'DISCARDED',
+    updated_at = now()
+WHERE record_id = %s AND status = {MigrationItemStatus.SELECTED};
 
 -- name: facts_tasks
 -- Per frozen row, the main path's open approvals by assignee (what a move withdraws).

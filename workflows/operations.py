@@ -356,9 +356,13 @@ def migration_preview(
     rows: list[Any],
     actor: Any = None,
     reason: str = "",
+    notify_digest: bool | None = None,
 ) -> int | None:
     """Freeze the runs selected per position as a PREVIEWED migration record; answers its id,
     or None when nothing is selected (an untouched dialog changes nothing).
+
+    ``notify_digest``: whether assignees whose approvals a move reopens for them get one digest
+    per migration instead of no notice (None: ``WORKFLOWS["MIGRATE"]["DIGEST_NOTICES"]``).
 
     ``rows``: ``migration.RowRequest`` values or dicts ``{node, kind, action, target_node,
     runs}`` (``runs`` is ``"all"`` or a list of run ids parked there). Runs that are not
@@ -378,6 +382,7 @@ def migration_preview(
         rows=requests,
         actor=actors.coerce(actor),
         reason=reason,
+        notify_digest=notify_digest,
     )
 
 

@@ -123,3 +123,22 @@ def test_bad_input_is_refused_value_free(
     assert answer.status_code == 400 and "LEAK-SENTINEL" not in answer.content.decode()
     assert answer.json()["violations"][0]["pointer"] == "/rows/0/target_node"
     assert api.get("/api/v1/migrations/999999/").status_code == 404
+
+
+def test_notify_digest_is_an_optional_boolean_kept_on_the_record(
+    parked: dict[str, list[str]], make_user: Callable[..., User], client_for: Callable[..., APIClient]
+) -> None:
+    api = client_for(make_user("mover", "workflows.migrate_runs"))
+    review = {"node": "review", "kind": "TASK", "action": "end", "runs": parked["review"][:1]}
+    plain = api.post("/api/v1/migrations/", body(review=review), format="json")
+    assert plain.status_code == 201 and plain.json()["notify_digest"] is False  # the setting's default
+    asked = api.post(
+        "/api/v1/migrations/",
+        {**body(review={**review, "runs": parked["review"][1:2]}), "notify_digest": True},
+        format="json",
+    )
+    assert asked.status_code == 201 and asked.json()["notify_digest"] is True
+    assert api.get(f"/api/v1/migrations/{asked.json()['id']}/").json()["notify_digest"] is True
+    bad = api.post("/api/v1/migrations/", {**body(review=review), "notify_digest": "LEAK-SENTINEL"}, format="json")
+    assert bad.status_code == 400 and "LEAK-SENTINEL" not in bad.content.decode()
+    assert bad.json()["violations"][0]["pointer"] == "/notify_digest"

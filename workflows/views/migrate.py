@@ -264,6 +264,7 @@ def _pair(
         "parked_here": sum(r["runs"] for r in rows),
         "graph": graph,
         "target_readable": target_plan is not None,
+        "digest_default": bool(conf.get().MIGRATE.DIGEST_NOTICES),
     }
 
 
@@ -392,6 +393,8 @@ def preview(request: HttpRequest, scope: str, definition_id: str) -> HttpRespons
             )
         return _message(request, " ".join(p["message"] for p in problems), status=422, tone="error")
     reason = " ".join(str(data.get("reason", "")).split())[:500]
+    # an unticked checkbox sends nothing: the form says it drew one (else the setting decides)
+    notify_digest = data.get("notify_digest") == "1" if data.get("notify_digest_shown") == "1" else None
     try:
         record_id = operations.migration_preview(
             scope=scope,
@@ -401,6 +404,7 @@ def preview(request: HttpRequest, scope: str, definition_id: str) -> HttpRespons
             rows=rows,
             actor=request.user,
             reason=reason,
+            notify_digest=notify_digest,
         )
     except InvalidPayload as error:
         return _refuse(request, 422, "INVALID_PAYLOAD", "The selection could not be frozen", _violations(error))
@@ -474,6 +478,11 @@ def _preview_context(record: Any) -> dict[str, Any]:
             assignment = target.get("assignment")
             if assignment and assignment["mode"] in ("user", "group"):
                 entry["notified"] = queries.assignee_names(mode=assignment["mode"], value=assignment["value"])
+                # approvals reopened for the assignees they are withdrawn from notify nobody again
+                mode = "group" if assignment["mode"] == "role" else assignment["mode"]
+                entry["kept"] = sum(
+                    t["count"] for t in f["tasks"] if (t["mode"], t["value"]) == (mode, assignment["value"])
+                )
             for key in ("due_seconds", "timer_seconds", "timeout_seconds", "reminder_seconds"):
                 if target.get(key) is not None:
                     entry[key.replace("_seconds", "_at")] = now + timedelta(seconds=float(target[key]))

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import transaction
 
+from workflows import conf
 from workflows.definitions import plan as p
 from workflows.definitions.expressions import placeholders
 from workflows.definitions.plan import Plan
@@ -68,8 +69,12 @@ def freeze(
     rows: list[RowRequest],
     actor: Actor,
     reason: str = "",
+    notify_digest: bool | None = None,
 ) -> int | None:
     """Freeze the selected runs as a PREVIEWED migration record; None when nothing is selected.
+
+    ``notify_digest`` (default: ``MIGRATE.DIGEST_NOTICES``) is kept on the record: whether the
+    assignees whose approvals a move reopens for them get one digest (see ``outbox.digest``).
 
     Refuses INVALID_PAYLOAD (value-free) for an unknown revision, action or target node.
     """
@@ -104,6 +109,7 @@ def freeze(
                 scope,
                 actor_label(actor),
                 sanitise(reason.replace("\n", " "))[:500],
+                bool(conf.get().MIGRATE.DIGEST_NOTICES if notify_digest is None else notify_digest),
             ],
         )
         assert record_id is not None

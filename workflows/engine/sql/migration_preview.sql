@@ -7,8 +7,8 @@ WHERE scope = %s AND definition_id = %s AND version = %s;
 
 -- name: insert_record
 INSERT INTO workflow_migration_records (scope, definition_id, source_version, target_version,
-    target_scope, created_by, reason, status, rows, total, created_at, applied_by, updated_at)
-VALUES (%s,%s,%s,%s,%s,%s,%s,{MigrationRecordStatus.PREVIEWED},'[]',0,now(),'',now()) RETURNING id;
+    target_scope, created_by, reason, status, rows, total, created_at, applied_by, updated_at, notify_digest)
+VALUES (%s,%s,%s,%s,%s,%s,%s,{MigrationRecordStatus.PREVIEWED},'[]',0,now(),'',now(),%s) RETURNING id;
 
 -- name: record_rows
 UPDATE workflow_migration_records SET rows = %s, total = %s WHERE id = %s;

@@ -101,3 +101,21 @@ def test_the_digest_checkbox_is_kept_on_the_record(parked: dict[str, list[str]],
     unticked = {**form(cool_off=("end", parked["cool-off"][:1])), "notify_digest_shown": "1"}
     assert client.post(f"{DIALOG}preview/", unticked).status_code == 200
     assert list(MigrationRecord.objects.order_by("id").values_list("notify_digest", flat=True)) == [True, False]
+
+
+def test_the_preview_says_approvals_going_back_to_the_same_assignee_notify_nobody(
+    parked: dict[str, list[str]], demo_users: dict[str, Any]
+) -> None:
+    client = admin_client(demo_users)
+    same = {**form(source=1, target=1, review=("move:review", "all")), "notify_digest_shown": "1"}
+    text = " ".join(client.post(f"{DIALOG}preview/", same).content.decode().split())
+    assert "3 approvals go back to the assignees they were withdrawn from: they are not notified again." in text
+    assert "notified: alice" not in text
+    digest = {**same, "notify_digest": "1"}
+    operations.migration_discard(record_id=MigrationRecord.objects.get().id)
+    text = " ".join(client.post(f"{DIALOG}preview/", digest).content.decode().split())
+    assert "each of them gets one digest of this migration once it is applied" in text
+    other = form(review=("move:manager-review", "all"))  # revision 2 gives the review to bob
+    operations.migration_discard(record_id=MigrationRecord.objects.order_by("-id")[0].id)
+    text = " ".join(client.post(f"{DIALOG}preview/", other).content.decode().split())
+    assert "user <strong>bob</strong>; notified: bob." in text and "not notified again" not in text

@@ -50,7 +50,7 @@ def test_the_target_graph_follows_the_pick_and_the_digest_is_keyboard_reachable(
     assert page.locator("svg.wfg").count() == 2
     # the first row (cool-off) keeps its id in revision 2: highlighted when the dialog opens
     assert target.locator("g.wfg-current").get_attribute("data-step") == "cool-off"
-    assert target.locator("text.wfg-now").inner_text() == "moves here"
+    assert target.locator("text.wfg-now").text_content() == "moves here"
 
     page.select_option("#do-1", "move:manager-review")  # the review row, to the renamed node
     target.locator('g.wfg-current[data-step="manager-review"]').wait_for()
@@ -82,6 +82,12 @@ def test_the_target_graph_follows_the_pick_and_the_digest_is_keyboard_reachable(
     page.select_option("#do-1", "move:manager-review")
     target.locator('g.wfg-current[data-step="manager-review"]').wait_for()
     assert no_horizontal_scroll(page)
+    # the graph is wider than its frame here: the frame scrolls the highlighted node into view
+    page.wait_for_function(
+        """() => { const f = document.querySelector('#target-graph .graph-wrap').getBoundingClientRect();
+            const n = document.querySelector('#target-graph .wfg-current').getBoundingClientRect();
+            return n.left >= f.left && n.right <= f.right; }"""
+    )
     assert_accessible(page, "the Migrate dialog at 390 px")
     page.screenshot(path=str(_shots(tmp_path) / "migrate-dialog-narrow.png"), full_page=True)
 

@@ -1,20 +1,18 @@
 """The Migrate dialog's target graph (beside the source graph, the picked node highlighted and
-redrawn when a row's pick changes), its fork rows (why Move is not offered, what is) and its
-digest checkbox (kept on the migration record)."""
+redrawn when a row's pick changes) and its digest checkbox (kept on the migration record; the
+preview says who is notified). Fork rows: ``test_migrate_problems.py``."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.test import Client
 
-from tests.engine.test_migration import FORK
 from tests.views import test_migrate_dialog as dialog_tests
 from tests.views.test_migrate_dialog import DIALOG, admin_client, form
-from workflows import definitions, operations
+from workflows import operations
 from workflows.models import MigrationRecord
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,26 +66,6 @@ def test_the_target_graph_needs_the_migrate_capability(
     approver = Client()
     approver.force_login(demo_users["alice"])
     assert approver.get(GRAPH, {"target": 2, "do_1": "cancel"}).status_code == 403
-
-
-def test_a_fork_row_says_why_move_is_not_offered_and_offers_cancel_and_end(
-    db: None, drain: Callable[[], int], demo_users: dict[str, Any]
-) -> None:
-    for v, activate in ((1, True), (2, False)):
-        ref = definitions.load(scope="default", text=FORK.format(v=v), format="yaml")
-        definitions.publish(scope="default", definition_id=ref.definition_id, version=ref.version)
-        if activate:
-            definitions.activate(scope="default", definition_id="fork-move", version=v, target_scope="default")
-    operations.start(definition_id="fork-move", payload={})
-    drain()
-    page = admin_client(demo_users).get("/migrate/default/fork-move/?source=1&target=2").content.decode()
-    row = page[page.index('id="row-0"') : page.index("</tr>", page.index('id="row-0"'))]
-    assert "join of a fork" in row
-    assert "the engine refuses to move a run with active branches" in row
-    assert 'aria-describedby="why-0"' in row
-    offered = re.findall(r'<option value="([^"]+)"', row)
-    assert offered == ["cancel", "end"]  # Move is only named, disabled
-    assert re.search(r'<option value="" disabled>Move — refused', row)
 
 
 def test_the_digest_checkbox_is_kept_on_the_record(parked: dict[str, list[str]], demo_users: dict[str, Any]) -> None:

@@ -303,10 +303,10 @@ def _target_graph(definition_id: str, target: int, plan: Any, row_node: str, do:
 def target_graph(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse:
     """The target graph for the pick of the row whose "What to do" changed (htmx swaps it in)."""
     target = _int(request.GET.get("target"))
-    plan = (
-        queries.migration_plan(scope=scope, definition_id=definition_id, version=target) if target is not None else None
-    )
-    if plan is None:
+    plan = None
+    if target is not None:
+        plan = queries.migration_plan(scope=scope, definition_id=definition_id, version=target)
+    if plan is None or target is None:
         if _htmx(request):
             return _problem(404, "NOT_FOUND", "No such revision", "The target revision cannot be drawn here.")
         raise Http404("no such revision")

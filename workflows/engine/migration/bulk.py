@@ -376,8 +376,7 @@ def _save(moves: list[_Move], rec: dict[str, Any]) -> None:
     for m in moves:
         if m.opening is not None:
             who = (m.opening.mode, m.opening.value)
-            same = any((t["assignment_mode"], t["assignment_value"]) == who for t in m.withdrawn)
-            (kept if same else groups).setdefault(who, []).append(m)
+            (kept if who in digest.assignees(m.withdrawn) else groups).setdefault(who, []).append(m)
     if kept and digest.wanted(int(rec["id"])):
         moved = digest.moved(
             [],

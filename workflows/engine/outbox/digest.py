@@ -64,12 +64,18 @@ def moved(
 
         digest = bool(conf.get().MIGRATE.DIGEST_NOTICES)
     return Moved(
-        assignees=frozenset((str(t["assignment_mode"]), str(t["assignment_value"])) for t in withdrawn),
+        assignees=assignees(withdrawn),
         digest=bool(digest),
         migration_id=int(migration_id) if migration_id else None,
         definition_id=definition_id,
         version=int(version),
     )
+
+
+def assignees(withdrawn: list[dict[str, Any]]) -> frozenset[tuple[str, str]]:
+    """Who held the withdrawn approvals: "the same assignees" is the same assignment (mode and
+    value: the same user, or the same group)."""
+    return frozenset((str(t["assignment_mode"]), str(t["assignment_value"])) for t in withdrawn)
 
 
 def wanted(migration_id: int) -> bool:

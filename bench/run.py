@@ -19,7 +19,9 @@ redis://127.0.0.1:6379/5), with two real Celery worker processes and beat:
    and the ceiling of our own design (``../shared/peers/raw_design_bench.py --style leased``:
    the same 6-commit workflow in raw psycopg 3), printed as ours/DBOS and ours/ceiling;
 4. scale: worker memory over many commands, compiling a 200-step document, a plan-cache
-   hit, the run viewer over a run with 10,000 history entries;
+   hit, the run viewer over a run with 10,000 history entries, the Migrate dialog's render
+   time at 1,000 and 100,000 parked runs (parked by SQL; ``python3 dev.py bench
+   migrate-dialog`` runs only this one);
 5. the Migrate dialog's background apply: runs moved per second by the workers after one
    Apply press (``bench/migrate_apply.py``; target at least 500).
 
@@ -56,12 +58,6 @@ LATENCY_TAIL_KEEP_MS = 1000.0  # a paced completion slower than this keeps the w
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="bench/run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument(
-        "only",
-        nargs="?",
-        choices=["migrate-apply"],
-        help="run only this figure: migrate-apply (the background apply rate of the Migrate dialog)",
     )
     ap.add_argument("--quick", action="store_true", help="a smoke run: small N, small scale figures (~1 min)")
     ap.add_argument("--migrate-n", type=int, help="runs moved by the background apply (default 5000; quick 1000)")
@@ -100,6 +96,18 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--ceiling-seconds", type=float, help="length of the ceiling's run (default 20; quick 5)")
     ap.add_argument("--no-scale", action="store_true", help="skip the scale figures")
     ap.add_argument(
+        "only",
+        nargs="?",
+        choices=["all", "migrate-apply", "migrate-dialog"],
+        default="all",
+        help="everything (default), or only one figure: migrate-apply (the Migrate dialog's background "
+        "apply rate) or migrate-dialog (its render time; no workers, about 3 minutes)",
+    )
+    ap.add_argument(
+        "--dialog-sizes",
+        help="parked runs for the Migrate dialog figure, comma-separated (default 1000,100000; quick 1000,10000)",
+    )
+    ap.add_argument(
         "--idle-pct",
         type=float,
         default=25.0,
@@ -130,6 +138,9 @@ def parse_args() -> argparse.Namespace:
     args.history_entries = args.history_entries or (1000 if quick else 10000)
     args.ceiling_seconds = args.ceiling_seconds or (5.0 if quick else 20.0)
     args.idle_wait = args.idle_wait if args.idle_wait is not None else (10.0 if quick else 60.0)
+    args.dialog_sizes = [
+        int(x) for x in (args.dialog_sizes or ("1000,10000" if quick else "1000,100000")).split(",") if x.strip()
+    ]
     return args
 
 
@@ -186,10 +197,6 @@ def run_migrate_apply(args: argparse.Namespace, server_url: str, dbname: str, br
     database, two workers and beat; writes bench/results/<time>-migrate-apply.json."""
     started = time.monotonic()
     say(f"migrate-apply: database {dbname}, broker {broker}, pool {args.pool}, {args.migrate_n} runs")
-    measure.recreate_database(server_url, dbname)
-    if not args.keep_db:
-        atexit.register(lambda: measure.drop_database(server_url, dbname))
-    setup_django(env, "bench-client")
     import hotpath
     import migrate_apply
     from django.core.management import call_command
@@ -223,7 +230,57 @@ def run_migrate_apply(args: argparse.Namespace, server_url: str, dbname: str, br
     return 0
 
 
+def dialog_only(args: argparse.Namespace, server_url: str, dbname: str, env: dict[str, str]) -> int:
+    """``bench migrate-dialog``: only the Migrate dialog's render figure, on a database of its own."""
+    started = time.monotonic()
+    say(f"migrate-dialog: database {dbname}, sizes {', '.join(f'{n:,}' for n in args.dialog_sizes)}")
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    import scale
+
+    figures = scale.migrate_dialog_figures(args.dialog_sizes)
+    result = {
+        "mode": "migrate-dialog",
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine(server_url),
+        "scale": {"migrate_dialog": figures},
+    }
+    result["targets"] = dialog_targets(figures)
+    result["wall_s"] = round(time.monotonic() - started, 1)
+    out = args.out or BENCH / "results" / f"{time.strftime('%Y%m%d-%H%M%S')}-migrate-dialog.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    missed = [k for k, ok in result["targets"].items() if not ok]
+    print(
+        "bench: "
+        + dialog_line(figures)
+        + " | "
+        + ("targets met" if not missed else f"MISSED {', '.join(missed)}")
+        + f" -> {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}",
+        flush=True,
+    )
+    return 0
+
+
+def dialog_targets(figures: dict[str, Any]) -> dict[str, bool]:
+    """Render under 200 ms at every size, and flat: the largest backlog at most twice the smallest."""
+    found = {"migrate_dialog_render_lt_200ms": figures["worst_median_ms"] < 200}
+    if figures.get("growth") is not None:
+        found["migrate_dialog_render_flat"] = figures["growth"] <= 2
+    return found
+
+
+def dialog_line(figures: dict[str, Any]) -> str:
+    return "migrate dialog " + ", ".join(
+        f"{f['parked_runs']:,} parked {f['render_ms']['median']} ms (p95 {f['render_ms']['p95']})"
+        for f in figures["sizes"]
+    )
+
+
 def run_bench(args: argparse.Namespace, server_url: str, dbname: str, broker: str, env: dict[str, str]) -> int:
+    if args.only == "migrate-dialog":
+        return dialog_only(args, server_url, dbname, env)
     started = time.monotonic()
     mode = "quick" if args.quick else "full"
     peer_db = f"{dbname}_dbos"
@@ -340,6 +397,10 @@ def run_bench(args: argparse.Namespace, server_url: str, dbname: str, broker: st
         say(f"scale: a run with {args.history_entries} history entries and its viewer page")
         result["scale"]["history"] = scale.history_figures(args.history_entries)
         say(f"  viewer {result['scale']['history']['run_viewer']}")
+        sizes = ", ".join(f"{n:,}" for n in args.dialog_sizes)
+        say(f"scale: the Migrate dialog over {sizes} parked runs (parked by SQL)")
+        result["scale"]["migrate_dialog"] = scale.migrate_dialog_figures(args.dialog_sizes)
+        say(f"  {dialog_line(result['scale']['migrate_dialog'])}")
 
     from django.db import connections
 
@@ -486,6 +547,8 @@ def targets(result: dict[str, Any]) -> dict[str, Any]:
         viewer = scale["history"]["run_viewer"]
         if viewer.get("available"):
             found["viewer_10k_history_lt_300ms"] = viewer["ms"]["median"] < 300
+        if scale.get("migrate_dialog"):
+            found.update(dialog_targets(scale["migrate_dialog"]))
     return found
 
 
@@ -522,6 +585,8 @@ def one_line(result: dict[str, Any], out: Path) -> str:
             f"compile {s['compile']['compile_ms']['median']} ms, hit {s['compile']['plan_cache_hit_ms']} ms"
             + (f", viewer {viewer['ms']['median']} ms" if viewer.get("available") else "")
         )
+        if s.get("migrate_dialog"):
+            parts.append(dialog_line(s["migrate_dialog"]))
     if "worker_memory" in ours:
         parts.append(f"worker RSS growth {ours['worker_memory']['growth_after_first_batch_mb']} MiB")
     if "migrate_apply" in ours:

@@ -149,3 +149,39 @@ def _viewer(run_id: str, repeat: int) -> dict[str, Any]:
         "bytes": size,
         "ms": {"median": round(statistics.median(timings), 1), "max": round(max(timings), 1)},
     }
+
+
+def migrate_dialog_figures(sizes: list[int], renders: int = 15) -> dict[str, Any]:
+    """The Migrate dialog's render time against the backlog: for each size, that many runs
+    parked at three positions of revision 1 by set-based SQL (``generate_series``; not through
+    the engine, see ``migrate_dialog.PARK_RUNS``), then ``GET /migrate/default/<id>/`` timed
+    ``renders`` times after a warm-up (target: under 200 ms and flat across sizes)."""
+    import migrate_dialog  # bench/ is on sys.path as the script's folder
+
+    plan_hash = migrate_dialog.deploy()
+    figures = []
+    for n in sizes:
+        migrate_dialog.clean()
+        park_s = migrate_dialog.park(n, plan_hash)
+        sql_ms = migrate_dialog.positions_sql_ms()
+        times = migrate_dialog.render_times(renders)
+        figures.append(
+            {
+                "parked_runs": n,
+                "park_s": round(park_s, 1),
+                "positions_sql_ms": round(sql_ms, 2),
+                "render_ms": {
+                    "median": round(statistics.median(times), 1),
+                    "p95": round(sorted(times)[max(0, round(0.95 * len(times)) - 1)], 1),
+                    "max": round(max(times), 1),
+                },
+            }
+        )
+    migrate_dialog.clean()
+    medians = [f["render_ms"]["median"] for f in figures]
+    return {
+        "sizes": figures,
+        "worst_median_ms": max(medians) if medians else None,
+        # the largest backlog's median over the smallest's: about 1 when the page is flat
+        "growth": round(medians[-1] / medians[0], 2) if len(medians) > 1 and medians[0] else None,
+    }

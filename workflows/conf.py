@@ -48,6 +48,12 @@ SPEC: dict[str, dict[str, tuple[Any, Any, type]]] = {
     },
     "MIGRATE": {
         "APPLY_BATCH": (200, 1, int),
+        # A run moved onto an approval for the same assignees as the one withdrawn does not
+        # notify them again. True makes a migration send instead ONE digest per such assignee
+        # ("N of your tasks moved to revision X") once nothing of it is left to apply; the
+        # default of each new migration record (the dialog's checkbox, the API's
+        # ``notify_digest``). Assignees newly assigned by a move are always notified.
+        "DIGEST_NOTICES": (False, None, bool),
     },
     # bulk operations (POST /api/v1/bulk-operations/): the largest selection, the runs per
     # batch (one transaction), and how long an open operation may go without a committed batch

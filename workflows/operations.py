@@ -360,9 +360,13 @@ def migration_preview(
     actor: Any = None,
     reason: str = "",
     replaces: int | None = None,
+    notify_digest: bool | None = None,
 ) -> int | None:
     """Freeze the runs selected per position as a PREVIEWED migration record; answers its id,
     or None when nothing is selected (an untouched dialog changes nothing).
+
+    ``notify_digest``: whether assignees whose approvals a move reopens for them get one digest
+    per migration instead of no notice (None: ``WORKFLOWS["MIGRATE"]["DIGEST_NOTICES"]``).
 
     ``rows``: ``migration.RowRequest`` values or dicts ``{node, kind, action, target_node,
     runs}`` (``runs`` is ``"all"`` or a list of run ids parked there). Runs that are not
@@ -385,6 +389,7 @@ def migration_preview(
         actor=actors.coerce(actor),
         reason=reason,
         replaces=replaces,
+        notify_digest=notify_digest,
     )
 
 

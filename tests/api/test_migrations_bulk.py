@@ -196,3 +196,22 @@ def test_only_migrators_may_pause_resume_or_close(
         refused = reader.post(f"/api/v1/migrations/{record_id}/{action}/", payload, format="json")
         assert refused.status_code == 403, action
     assert api.get(f"/api/v1/migrations/{record_id}/").json()["status"] == "APPLYING"
+
+
+def test_notify_digest_is_an_optional_boolean_kept_on_the_record(
+    parked: dict[str, list[str]], make_user: Callable[..., User], client_for: Callable[..., APIClient]
+) -> None:
+    api = client_for(make_user("mover", "workflows.migrate_runs"))
+    review = {"node": "review", "kind": "TASK", "action": "end", "runs": parked["review"][:1]}
+    plain = api.post("/api/v1/migrations/", body(review=review), format="json")
+    assert plain.status_code == 201 and plain.json()["notify_digest"] is False  # the setting's default
+    asked = api.post(
+        "/api/v1/migrations/",
+        {**body(review={**review, "runs": parked["review"][1:2]}), "notify_digest": True},
+        format="json",
+    )
+    assert asked.status_code == 201 and asked.json()["notify_digest"] is True
+    assert api.get(f"/api/v1/migrations/{asked.json()['id']}/").json()["notify_digest"] is True
+    bad = api.post("/api/v1/migrations/", {**body(review=review), "notify_digest": "LEAK-SENTINEL"}, format="json")
+    assert bad.status_code == 400 and "LEAK-SENTINEL" not in bad.content.decode()
+    assert bad.json()["violations"][0]["pointer"] == "/notify_digest"

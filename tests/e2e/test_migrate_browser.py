@@ -92,7 +92,8 @@ def test_the_dialog_moves_cancels_and_ends_three_positions(
     page.locator("#selected-2").filter(has_text="all 2").wait_for()
     page.select_option("#do-2", "end")
     page.fill("#reason", "reviews now go to the managers")
-    page.screenshot(path=str(_shots(tmp_path) / "migrate-dialog.png"), full_page=True)
+    # (docs/screenshots/migrate-dialog.png comes from test_migrate_panes_browser.py)
+    page.screenshot(path=str(tmp_path / "migrate-dialog.png"), full_page=True)
 
     page.get_by_role("button", name="Preview").click()
     preview = page.locator("section.preview")

@@ -62,8 +62,10 @@ def test_selected_runs_without_a_choice_are_refused_next_to_preview(
     open_dialog(page, live_server)
     pick(page, "PO-1", "PO-2")
     assert page.locator("#do-0").input_value() == ""  # review was renamed: nothing preselected
-    # by keyboard: from the reason field to Preview, and press it
+    # by keyboard: from the reason field past the digest checkbox to Preview, and press it
     page.locator("#reason").focus()
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "notify-digest"
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.textContent") == "Preview"
     page.keyboard.press("Enter")

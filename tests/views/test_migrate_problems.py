@@ -7,6 +7,7 @@ was. Also: Apply re-renders the dialog from the database, the records link, fork
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -169,10 +170,19 @@ def test_fork_rows_say_why_move_is_not_offered(db: None, demo_users: dict[str, A
     operations.start(definition_id="fork-move", payload={})
     drain()
     page = admin_client(demo_users).get("/migrate/default/fork-move/").content.decode()
-    assert '<select id="do-0" name="do_0" aria-describedby="why-0">' in page
-    assert "move:" not in page.split('id="do-0"', 1)[1].split("</select>", 1)[0]
+    assert '<select id="do-0" name="do_0" aria-describedby="why-0"' in page
+    select = page.split('id="do-0"', 1)[1].split("</select>", 1)[0]
+    assert "move:" not in select
+    # Move is named, disabled, with why; Cancel and End are what is offered
+    assert re.findall(r'<option value="([^"]*)"( disabled)?>', select) == [
+        ("", ""),
+        ("", " disabled"),
+        ("cancel", ""),
+        ("end", ""),
+    ]
+    assert "Move — refused while the fork's branches are active" in select
     assert "the engine refuses to move a run with active branches" in page
-    assert "Cancel or End them here, or wait until every branch reaches the join" in page
+    assert "Cancel or End them here, or leave them (select none)" in page
 
 
 def test_problem_texts_are_value_free() -> None:

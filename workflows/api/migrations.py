@@ -4,7 +4,9 @@
 - ``POST /api/v1/migrations/`` — freeze a selection (one entry per position row: ``node``,
   ``kind``, ``action`` move/cancel/end, ``target_node`` for a move, ``runs`` ``"all"`` or a
   list of run ids parked there) as a previewed record and answer it with its preview facts;
-  with ``"apply": true`` also apply the first bounded batch. Nothing selected: ``200`` with
+  with ``"apply": true`` also apply the first bounded batch; ``"notify_digest": true`` sends
+  the assignees whose approvals the moves reopen for them one digest each instead of no notice
+  (default ``WORKFLOWS["MIGRATE"]["DIGEST_NOTICES"]``). Nothing selected: ``200`` with
   ``"id": null`` — nothing changed.
 - ``GET  /api/v1/migrations/{id}/`` — a record: who, when, why, source → target, rows, counts.
 - ``POST /api/v1/migrations/{id}/apply/`` — apply the next batch (``MIGRATE.APPLY_BATCH``);
@@ -88,6 +90,9 @@ class MigrationInput(serializers.Serializer):
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
     apply = serializers.BooleanField(required=False, default=False)
     confirm = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+    # one digest per assignee whose approvals the moves reopen for them, instead of no notice;
+    # absent or null: WORKFLOWS["MIGRATE"]["DIGEST_NOTICES"]
+    notify_digest = serializers.BooleanField(required=False, allow_null=True, default=None)
 
 
 class ApplyInput(serializers.Serializer):
@@ -133,6 +138,7 @@ class MigrationOut(serializers.Serializer):
     applied_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     total = serializers.IntegerField()
+    notify_digest = serializers.BooleanField()
     rows = RowOut(many=True)
     counts = serializers.DictField(child=serializers.IntegerField(), required=False)
     left = serializers.IntegerField(required=False)
@@ -203,6 +209,7 @@ RECORD_FIELDS = (
     "paused_by",
     "closed_by",
     "close_reason",
+    "notify_digest",
 )
 
 
@@ -282,6 +289,7 @@ class MigrationsView(ApiView):
             rows=[dict(r) for r in body["rows"]],
             actor=request.user,
             reason=" ".join(body["reason"].split()),
+            notify_digest=body.get("notify_digest"),
         )
         if record_id is None:
             return Response({"id": None, "total": 0, "detail": "nothing is selected; nothing changed"})

@@ -113,6 +113,9 @@ class Drive:
     # a COMPLETION's: what the run holds besides the task it decides and its wait's park, read
     # with the run's lock (``locks.try_lock_run_with_command``)
     open_things_beside: dict[str, bool] | None = None
+    # a MIGRATION move's: who held the approvals it withdrew (``outbox.digest.Moved``); an
+    # approval the target node reopens for them sends no "New task" notice
+    moved: Any = None
 
     @classmethod
     def for_run(cls, run: RunRow, plan: Plan | None, actor: Actor, **kwargs: Any) -> Drive:

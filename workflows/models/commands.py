@@ -209,7 +209,7 @@ class OutboxIntent(models.Model):
     run = models.ForeignKey("workflows.Run", on_delete=models.CASCADE, related_name="intents")
     command_id = models.BigIntegerField(null=True, blank=True)
     step = models.CharField(max_length=255, blank=True, default="")
-    kind = models.CharField(max_length=16)  # SERVICE / COMPENSATION / EVENT / NOTIFY
+    kind = models.CharField(max_length=16)  # SERVICE / COMPENSATION / EVENT / NOTIFY / DIGEST / RESUME
     target = models.CharField(max_length=2048)
     payload = json_field(null=True, blank=True)
     headers = json_field(default=dict)

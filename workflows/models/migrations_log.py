@@ -58,6 +58,9 @@ class MigrationRecord(models.Model):
     # many runs were frozen and whether the whole position or a picked subset was selected
     rows = json_field(default=list)
     total = models.PositiveIntegerField(default=0)
+    # moved runs whose approval reopens for the same assignees notify nobody, unless this asks
+    # for one digest per such assignee (WORKFLOWS MIGRATE.DIGEST_NOTICES is the default)
+    notify_digest = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     applied_at = models.DateTimeField(null=True, blank=True)
     applied_by = models.CharField(max_length=255, blank=True, default="")

@@ -455,11 +455,15 @@ def render_svg(
     taken: Iterable[tuple[str, str]] | None = None,
     href: Callable[[str], str | None] | None = None,
     title: str | None = None,
+    marker: str = "",
+    id_suffix: str = "",
 ) -> str:
     """The plan's graph as an ``<svg>`` string (see the module docstring).
 
     ``visited`` may be an ordered sequence of step ids (consecutive pairs become the edges
-    taken, unless ``taken`` gives them); ``href(step_id)`` makes a node a link.
+    taken, unless ``taken`` gives them); ``href(step_id)`` makes a node a link. ``marker``
+    names what a highlight is when it is not a current position (the Migrate dialog's target
+    graph: "moves here"); ``id_suffix`` keeps the ids of two pictures of one plan on a page apart.
     """
     nodes, edges, width, height = layout(plan)
     steps = {sid: node for sid, node in nodes.items() if node.type}  # without the layout's waypoints
@@ -471,7 +475,16 @@ def render_svg(
     else:
         taken_pairs = {(a, b) for a, b in taken}
     counts = {k: int(v) for k, v in (counts or {}).items() if k in steps and v}
-    prefix = "wfg-" + (plan.plan_hash[:10] or "plan")
+    prefix = "wfg-" + (plan.plan_hash[:10] or "plan") + (f"-{id_suffix}" if id_suffix else "")
+    now_text, now_tip, now_desc = (
+        (marker, marker, marker[:1].upper() + marker[1:])
+        if marker
+        else (
+            "now",
+            "current position",
+            "Current position",
+        )
+    )
     floor = height - MARGIN - 8
     ceiling = 2.0
     extents: dict[int, tuple[float, float]] = {}
@@ -482,7 +495,7 @@ def render_svg(
     name = title or f"{plan.definition_id} version {plan.version}"
     desc = [f"{len(steps)} steps, starting at {plan.initial_step}."]
     if current:
-        desc.append("Current position: " + ", ".join(sorted(current)) + ".")
+        desc.append(f"{now_desc}: " + ", ".join(sorted(current)) + ".")
     if sequence:
         walked = [sequence[0]] + [b for a, b in itertools.pairwise(sequence) if a != b]
         desc.append("Path taken: " + " → ".join(walked) + ".")
@@ -531,7 +544,7 @@ def render_svg(
         kind = REGISTRY[node.type].label if node.type in REGISTRY else node.type
         tip = [f"{sid} ({kind})"]
         if sid in current:
-            tip.append("current position")
+            tip.append(now_tip)
         elif sid in seen:
             tip.append("visited")
         if sid in counts:
@@ -543,7 +556,8 @@ def render_svg(
             f'<text class="wfg-type" x="{node.x:.1f}" y="{node.y + 13:.1f}">{escape(kind)}</text>',
         ]
         if sid in current:
-            body.append(f'<text class="wfg-now" x="{node.x:.1f}" y="{node.y - node.height / 2 - 5:.1f}">now</text>')
+            top = node.y - node.height / 2 - 5
+            body.append(f'<text class="wfg-now" x="{node.x:.1f}" y="{top:.1f}">{escape(now_text)}</text>')
         if sid in counts:
             bx, by = node.x + node.width / 2 - 4, node.y - node.height / 2 + 2
             label = str(counts[sid]) if counts[sid] < 10000 else f"{counts[sid] // 1000}k"

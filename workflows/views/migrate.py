@@ -43,6 +43,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryD
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
@@ -263,7 +264,11 @@ def _pair(
         )
         graph = mark_safe(svg)  # noqa: S308  (render_svg escapes every text it draws)
     by_version = {r["version"]: r for r in revisions}
+    first = rows[0] if rows else None
     return {
+        "target_graph": _target_graph(
+            definition_id, target, target_plan, first["node"] if first else "", first["default"] if first else ""
+        ),
         "source": source,
         "target": target,
         "source_revision": by_version.get(source),
@@ -272,7 +277,51 @@ def _pair(
         "parked_here": sum(r["runs"] for r in rows),
         "graph": graph,
         "target_readable": target_plan is not None,
+        "digest_default": bool(conf.get().MIGRATE.DIGEST_NOTICES),
     }
+
+
+# --- the target graph ---------------------------------------------------------------------------
+
+
+def _target_graph(definition_id: str, target: int, plan: Any, row_node: str, do: str) -> dict[str, Any]:
+    """The target revision's graph with the node a row's pick moves its runs to highlighted
+    (``do`` is the row's "What to do" value: ``move:<node>``, ``cancel``, ``end`` or empty)."""
+    from workflows.presentation.graph import render_svg
+
+    action, _, node = do.partition(":")
+    if plan is None or action not in ("move", "cancel", "end") or (action == "move" and node not in plan.steps):
+        action, node = "", ""
+    svg = ""
+    if plan is not None:
+        svg = mark_safe(  # noqa: S308  (render_svg escapes every text it draws)
+            render_svg(
+                plan,
+                highlight=[node] if node else [],
+                title=f"{definition_id} revision {target}",
+                marker=gettext("moves here"),
+                id_suffix="target",
+            )
+        )
+    return {"svg": svg, "action": action, "node": node, "row_node": row_node, "target": target}
+
+
+@migrate_required
+@require_GET
+def target_graph(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse:
+    """The target graph for the pick of the row whose "What to do" changed (htmx swaps it in)."""
+    target = _int(request.GET.get("target"))
+    plan = None
+    if target is not None:
+        plan = queries.migration_plan(scope=scope, definition_id=definition_id, version=target)
+    if plan is None or target is None:
+        if _htmx(request):
+            return _problem(404, "NOT_FOUND", "No such revision", "The target revision cannot be drawn here.")
+        raise Http404("no such revision")
+    row_node = str(request.GET.get("row", ""))[:255]
+    do = next((str(v)[:300] for k, v in request.GET.items() if k.startswith("do_")), "")
+    context = {"target_graph": _target_graph(definition_id, target, plan, row_node, do)}
+    return render(request, "workflows/migrate/_target_graph.html", context)
 
 
 # --- the picker ---------------------------------------------------------------------------------
@@ -400,6 +449,8 @@ def preview(request: HttpRequest, scope: str, definition_id: str) -> HttpRespons
             )
         return _message(request, " ".join(p["message"] for p in problems), status=422, tone="error")
     reason = " ".join(str(data.get("reason", "")).split())[:500]
+    # an unticked checkbox sends nothing: the form says it drew one (else the setting decides)
+    notify_digest = data.get("notify_digest") == "1" if data.get("notify_digest_shown") == "1" else None
     try:
         record_id = operations.migration_preview(
             scope=scope,
@@ -410,6 +461,7 @@ def preview(request: HttpRequest, scope: str, definition_id: str) -> HttpRespons
             actor=request.user,
             reason=reason,
             replaces=_int(data.get("replaces")),
+            notify_digest=notify_digest,
         )
     except RunsInOpenMigration as error:
         return _refuse(
@@ -496,6 +548,11 @@ def _preview_context(record: Any) -> dict[str, Any]:
             assignment = target.get("assignment")
             if assignment and assignment["mode"] in ("user", "group"):
                 entry["notified"] = queries.assignee_names(mode=assignment["mode"], value=assignment["value"])
+                # approvals reopened for the assignees they are withdrawn from notify nobody again
+                mode = "group" if assignment["mode"] == "role" else assignment["mode"]
+                entry["kept"] = sum(
+                    t["count"] for t in f["tasks"] if (t["mode"], t["value"]) == (mode, assignment["value"])
+                )
             for key in ("due_seconds", "timer_seconds", "timeout_seconds", "reminder_seconds"):
                 if target.get(key) is not None:
                     entry[key.replace("_seconds", "_at")] = now + timedelta(seconds=float(target[key]))

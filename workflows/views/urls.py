@@ -39,6 +39,7 @@ _migrate = [
     path("records/<int:record_id>/close/", migrate.close, name="close"),
     path("<str:scope>/<str:definition_id>/", migrate.dialog, name="dialog"),
     path("<str:scope>/<str:definition_id>/picker/<int:i>/", migrate.picker, name="picker"),
+    path("<str:scope>/<str:definition_id>/target-graph/", migrate.target_graph, name="target-graph"),
     path("<str:scope>/<str:definition_id>/preview/", migrate.preview, name="preview"),
     path("<str:scope>/<str:definition_id>/records/", migrate.records, name="records"),
 ]

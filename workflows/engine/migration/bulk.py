@@ -119,7 +119,7 @@ def move(
     _allocate(eligible)
     fire_at = _write(eligible, rec, actor, executor.executor_id())
     _build(eligible, rec, target, actor, fire_at)
-    _save(eligible)
+    _save(eligible, rec)
     moved = {id(m.item) for m in eligible}
     outcomes: list[tuple[int, str, str, int | None]] = [
         (int(m.item["id"]), MigrationItemStatus.MOVED, "", m.command_id) for m in eligible
@@ -341,10 +341,12 @@ def _write(moves: list[_Move], rec: dict[str, Any], actor: Actor, executor: str)
     return {int(timer_id): at for timer_id, at in db.fetchall(SQL.fire_times, [[t["timer_id"] for _, t in armed]])}
 
 
-def _save(moves: list[_Move]) -> None:
+def _save(moves: list[_Move], rec: dict[str, Any]) -> None:
     """The decision log and the run rows of the batch (one statement each), then the notices
-    of the approvals opened."""
+    of the approvals opened for new assignees (one statement per assignee) and, when the
+    migration asked for them, the digests of those reopened for the same ones (``digest``)."""
     from workflows.engine import outbox
+    from workflows.engine.outbox import digest
 
     rows: list[dict[str, Any]] = []
     saved: list[dict[str, Any]] = []
@@ -370,9 +372,32 @@ def _save(moves: list[_Move]) -> None:
         )
     pipeline.execute_batch([(history.HISTORY_INSERT_MANY, [db.jsonb(rows)]), (SQL.save_runs, [db.jsonb(saved)])])
     groups: dict[tuple[str, str], list[_Move]] = {}
+    kept: dict[tuple[str, str], list[_Move]] = {}  # reopened for the assignees it was taken from
     for m in moves:
         if m.opening is not None:
-            groups.setdefault((m.opening.mode, m.opening.value), []).append(m)
+            who = (m.opening.mode, m.opening.value)
+            (kept if who in digest.assignees(m.withdrawn) else groups).setdefault(who, []).append(m)
+    if kept and digest.wanted(int(rec["id"])):
+        moved = digest.moved(
+            [],
+            digest=True,
+            migration_id=int(rec["id"]),
+            definition_id=rec["definition_id"],
+            version=int(rec["target_version"]),
+        )
+        pipeline.execute_batch(
+            [
+                digest.statement(
+                    moved,
+                    run_id=group[0].run["id"],
+                    command_id=group[0].command_id,
+                    mode=mode,
+                    value=value,
+                    count=len(group),
+                )
+                for (mode, value), group in kept.items()
+            ]
+        )
     for (mode, value), group in groups.items():
         recipients, params = outbox.recipients_statement(mode, value)
         for intent_id, status in db.fetchall(

@@ -37,6 +37,7 @@ from workflows.definitions.plan import Plan
 from workflows.engine import db, driver, locks, observers, sql, teardown, waits
 from workflows.engine.actors import Actor
 from workflows.engine.context import DeterministicFailure, Drive, StepLimitExceeded
+from workflows.engine.outbox import digest
 from workflows.engine.rows import CommandRow, RunRow
 from workflows.engine.settlement import Settle, completed, received
 from workflows.exceptions import WorkflowError
@@ -257,7 +258,19 @@ def _move(drive: Drive, cmd: CommandRow, target: dict[str, Any], target_scope: s
         run["state"], version=int(run["state_version"]), command_id=cmd["id"], actor=drive.actor, step=step
     )
     _reject_undeclared_parked(drive, target_plan)
-    return driver.run_from(drive, step)
+    # an approval the target reopens for the same assignees sends no "New task" (a digest at
+    # most); only while this move drives the run (a segment may go on with other commands)
+    drive.moved = digest.moved(
+        row[2] or [],
+        digest=row[4],
+        migration_id=migration_id,
+        definition_id=run["definition_id"],
+        version=target_version,
+    )
+    try:
+        return driver.run_from(drive, step)
+    finally:
+        drive.moved = None
 
 
 def _target_plan(scope: str, definition_id: str, version: int) -> Plan:

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import transaction
 
+from workflows import conf
 from workflows.definitions import plan as p
 from workflows.definitions.expressions import placeholders
 from workflows.definitions.plan import Plan
@@ -70,11 +71,14 @@ def freeze(
     actor: Actor,
     reason: str = "",
     replaces: int | None = None,
+    notify_digest: bool | None = None,
 ) -> int | None:
     """Freeze the selected runs as a PREVIEWED migration record; None when nothing is selected.
 
     ``replaces``: a preview of the same dialog that this one supersedes; it is discarded first
     (when it is still only previewed), so its runs can be frozen again.
+    ``notify_digest`` (default: ``MIGRATE.DIGEST_NOTICES``) is kept on the record: whether the
+    assignees whose approvals a move reopens for them get one digest (see ``outbox.digest``).
     Refuses INVALID_PAYLOAD (value-free) for an unknown revision, action or target node, and
     RUNS_IN_OPEN_MIGRATION when a selected run is frozen in another migration that is not over
     (previewed, applying or paused: apply, discard or close that one first). Nothing is written
@@ -113,6 +117,7 @@ def freeze(
                 scope,
                 actor_label(actor),
                 sanitise(reason.replace("\n", " "))[:500],
+                bool(conf.get().MIGRATE.DIGEST_NOTICES if notify_digest is None else notify_digest),
             ],
         )
         assert record_id is not None

@@ -13,6 +13,7 @@ from workflows.engine.context import DeterministicFailure, Drive
 from workflows.engine.evaluate import evaluate, render
 from workflows.engine.nodes.base import WAIT, Outcome
 from workflows.engine.nodes.timer import delay_of
+from workflows.engine.outbox import digest
 from workflows.models import ParkKind, TimerKind
 
 SQL = sql.load("nodes")
@@ -146,9 +147,14 @@ def opened(drive: Drive, step: HumanTaskStep, o: Opening, *, park_id: int, timer
 def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
     o = prepare(drive, step)  # may fail: before any write
     specs = timer_specs(step, o)
-    notice, notice_context = outbox.notice_statement(
-        drive, task_id=o.task_id, reason="opened", assignment=(o.mode, o.value)
-    )
+    if digest.kept(drive.moved, o.mode, o.value):
+        # a migration reopened the approval for the assignees it took one from: no "New task"
+        digest.record_kept(drive, mode=o.mode, value=o.value)
+        notice, notice_context = None, None
+    else:
+        notice, notice_context = outbox.notice_statement(
+            drive, task_id=o.task_id, reason="opened", assignment=(o.mode, o.value)
+        )
     park_id = waits.drawn_park_id() if not specs and pipeline.deferring_now() else None
     if park_id is not None:
         # nothing before the commit needs an answer (the park's id was drawn ahead, and a task
@@ -160,10 +166,12 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         )
         pipeline.defer(SQL.insert_task, task_params(drive, step, o), pipeline.ignore_answer)
 
-        def recorded(row: tuple[Any, ...] | None) -> None:
-            outbox.notice_recorded(drive, row, notice_context)
+        if notice is not None:
 
-        pipeline.defer(*notice, recorded)
+            def recorded(row: tuple[Any, ...] | None) -> None:
+                outbox.notice_recorded(drive, row, notice_context)
+
+            pipeline.defer(*notice, recorded)
         opened(drive, step, o, park_id=park_id, timers=[])
         return WAIT
     # one round trip: the park, the task (before its timers, which reference it), its due date
@@ -178,7 +186,8 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         sql, params, seq = timers.statement(drive.run, branch_id=drive.branch_id, **spec)
         statements.append((sql, params))
         positions.append(seq)
-    statements.append(notice)
+    if notice is not None:
+        statements.append(notice)
     draw = waits.draw_statement() if not specs else None
     if draw is not None:
         statements.append(draw)
@@ -194,5 +203,6 @@ def execute(drive: Drive, step: HumanTaskStep) -> Outcome:
         park_id=int(park[0]),
         timers=[timers.armed(row, seq) for row, seq in zip(rows[2 : 2 + len(positions)], positions, strict=True)],
     )
-    outbox.notice_recorded(drive, rows[-1], notice_context)
+    if notice is not None:
+        outbox.notice_recorded(drive, rows[-1], notice_context)
     return WAIT

@@ -22,6 +22,7 @@ from django.urls import NoReverseMatch, reverse
 
 from workflows import users
 from workflows.engine import db, faults, mail, sql, wakeups, webhooks
+from workflows.engine.outbox import digest
 from workflows.engine.outbox.recording import lease_seconds, plain_name
 from workflows.models import OutboxIntent, TaskStatus
 
@@ -158,6 +159,9 @@ def deliver_claimed(intent: dict[str, Any]) -> str:
     try:
         _perform(intent)
         faults.point("outbox_delivery")  # the receiver has it; the intent is not DELIVERED yet
+    except digest.NotYet:
+        digest.postpone(intent)  # its migration still has runs to apply: no attempt spent
+        return "POSTPONED"
     except Exception as exc:  # noqa: BLE001 - any failure of a receiver is retried, then dead
         log.warning("outbox delivery failed for intent %s (%s)", intent_id, type(exc).__name__)
         # a refusal that every attempt would repeat (a message that cannot be built, a target
@@ -217,6 +221,8 @@ def _perform(intent: dict[str, Any]) -> None:
             _webhook(target, intent)
     elif kind == "NOTIFY":
         _notify(intent)
+    elif kind == "DIGEST":
+        _digest(intent)
     elif kind == "RESUME":
         from workflows.engine import recording
 
@@ -259,6 +265,30 @@ def _notify(intent: dict[str, Any]) -> None:
     subject = ("Reminder: " if reason == "reminder" else "New task: ") + mail.fold(task["title"])
     body = f"{task['title']}\n\nOpen the task: {link}\n".replace("\x00", "")
     mail.build(subject, body, recipients).send(fail_silently=False)
+
+
+def _digest(intent: dict[str, Any]) -> None:
+    """One message to an assignee whose approvals a migration reopened for them, once nothing
+    of the migration is left to apply (``digest``)."""
+    payload = intent["payload"] or {}
+    if payload.get("migration") and digest.migration_open(int(payload["migration"])):
+        raise digest.NotYet
+    recipients = [
+        r for r in users.addresses(str(payload.get("mode", "")), str(payload.get("value", ""))) if mail.valid_address(r)
+    ]
+    if not recipients or not int(payload.get("count") or 0):
+        return
+    subject, body = digest.message(payload)
+    mail.build(mail.fold(subject), body.replace("\x00", ""), recipients).send(fail_silently=False)
+
+
+def inbox_link() -> str:
+    """The inbox's address for a digest (``SITE_URL`` and the path of ``workflows:inbox``)."""
+    site = str(getattr(settings, "SITE_URL", "")).rstrip("/")
+    try:
+        return site + reverse("workflows:inbox")
+    except NoReverseMatch:
+        return site + "/"
 
 
 def task_link(task_id: Any) -> str:

@@ -26,7 +26,8 @@ SELECT array(SELECT nextval(pg_get_serial_sequence('workflow_commands', 'id')) F
 
 -- name: leaving_tasks
 -- The main path's open approvals of the runs (what leaving withdraws).
-SELECT id, run_id, step FROM workflow_tasks WHERE run_id = ANY(%s::uuid[]) AND branch_id = ''
+SELECT id, run_id, step, assignment_mode, assignment_value FROM workflow_tasks WHERE run_id = ANY(%s::uuid[])
+    AND branch_id = ''
     AND status IN ({TaskStatus.OPEN},{TaskStatus.COMPLETING}) ORDER BY run_id, created_at, id;
 
 -- name: leaving_timers

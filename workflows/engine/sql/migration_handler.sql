@@ -6,7 +6,8 @@
 -- or deprecation of the target cannot commit between this check and the re-pin); only then
 -- close the park with where the run goes, withdraw the main path's approval and mark the
 -- migration item MOVED (the segment's savepoint takes all of it back if entering the target
--- node fails).
+-- node fails). Also answers the withdrawn approvals' assignees and whether the migration
+-- record asked for digests (``outbox.digest``).
 WITH a AS (SELECT NOT EXISTS (SELECT 1 FROM workflow_branches WHERE run_id = %(run)s
         AND status IN ({BranchStatus.RUNNING},{BranchStatus.WAITING})) AS no_branches, d.status, d.failure
     FROM workflow_definitions d
@@ -19,13 +20,15 @@ p AS (UPDATE workflow_parks SET left_at = now(), left_how = 'moved', moved_to_ve
 t AS (UPDATE workflow_tasks SET status = {TaskStatus.WITHDRAWN}, reservation_owner = NULL, closed_at = now(),
         updated_at = now()
     WHERE run_id = %(run)s AND branch_id = '' AND status IN ({TaskStatus.OPEN},{TaskStatus.COMPLETING})
-        AND EXISTS (SELECT 1 FROM ok) RETURNING id, step),
+        AND EXISTS (SELECT 1 FROM ok) RETURNING id, step, assignment_mode, assignment_value),
 i AS (UPDATE workflow_migration_items SET status = {MigrationItemStatus.MOVED}, detail = '',
         command_id = %(command)s, updated_at = now()
     WHERE record_id = %(migration)s AND run_id = %(run)s AND EXISTS (SELECT 1 FROM ok) RETURNING id)
 SELECT (SELECT no_branches FROM a), EXISTS (SELECT 1 FROM ok),
-    coalesce((SELECT json_agg(json_build_object('id', t.id, 'step', t.step)) FROM t), '[]'::json),
-    (SELECT count(*) FROM p) + (SELECT count(*) FROM i);
+    coalesce((SELECT json_agg(json_build_object('id', t.id, 'step', t.step, 'assignment_mode', t.assignment_mode,
+        'assignment_value', t.assignment_value)) FROM t), '[]'::json),
+    (SELECT count(*) FROM p) + (SELECT count(*) FROM i),
+    (SELECT notify_digest FROM workflow_migration_records WHERE id = %(migration)s);
 
 -- name: parked_signals
 -- The run's parked signals (the move rejects those the target never waits for).

@@ -8,8 +8,8 @@ WHERE scope = %s AND definition_id = %s AND version = %s;
 -- name: insert_record
 INSERT INTO workflow_migration_records (scope, definition_id, source_version, target_version,
     target_scope, created_by, reason, status, rows, total, created_at, applied_by, updated_at,
-    background, lease_token, paused_by, closed_by, close_reason)
-VALUES (%s,%s,%s,%s,%s,%s,%s,{MigrationRecordStatus.PREVIEWED},'[]',0,now(),'',now(),false,'','','','')
+    background, lease_token, paused_by, closed_by, close_reason, notify_digest)
+VALUES (%s,%s,%s,%s,%s,%s,%s,{MigrationRecordStatus.PREVIEWED},'[]',0,now(),'',now(),false,'','','','',%s)
 RETURNING id;
 
 -- name: record_rows

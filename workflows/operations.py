@@ -13,7 +13,8 @@ from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 
-from workflows.engine import actors, bounds, commands, db, locks, pipeline, probe, recording, teardown
+from workflows import conf
+from workflows.engine import actors, bounds, commands, db, locks, pipeline, probe, recording, retention, teardown
 from workflows.engine.probe import IdleReport
 from workflows.engine.recording import Recorded
 from workflows.exceptions import (
@@ -28,15 +29,19 @@ __all__ = [
     "IdleReport",
     "KeyedSignal",
     "Recorded",
+    "apply_retention",
     "await_idle",
     "cancel",
     "cancel_confirmed",
     "complete_task",
     "database_error",
+    "expire_idempotency_keys",
     "is_transient",
     "migrate",
+    "purge_runs",
     "reassign_task",
     "reconcile_command",
+    "restore_runs",
     "retry",
     "signal",
     "signal_by_key",
@@ -723,3 +728,58 @@ def _replay_keyed(found: Dedup, fp: str) -> KeyedSignal:
     return KeyedSignal(
         str(found.run_id), started is not None, started, replayed(found.command_id, CommandKind.SIGNAL), True
     )
+
+
+# --- the data lifecycle (docs/operations.md, "Retention") --------------------------------
+
+
+def purge_runs(
+    *,
+    ended_before: Any = None,
+    definition_id: str | None = None,
+    include_failed: bool = False,
+    archive_dir: str | None = None,
+    dry_run: bool = False,
+    batch_size: int | None = None,
+    max_batches: int | None = None,
+) -> retention.PurgeReport:
+    """Purge ended runs (and, with ``include_failed``, FAILED ones) that ended before
+    ``ended_before``, with every row that references them, in batches of one transaction
+    each; archived first to ``archive_dir`` when given. Without ``ended_before`` the site's
+    retention policy and the per-version ``retention_days`` decide."""
+    if ended_before is None:
+        base = retention.policy()
+        selection = retention.Selection(
+            policy=True,
+            definition_id=definition_id,
+            include_failed=base.include_failed,
+            ended_days=base.ended_days,
+            failed_days=base.failed_days,
+        )
+    else:
+        selection = retention.Selection(
+            ended_before=ended_before, definition_id=definition_id, include_failed=include_failed
+        )
+    return retention.purge(
+        selection, archive_dir=archive_dir, batch_size=batch_size, max_batches=max_batches, dry_run=dry_run
+    )
+
+
+def expire_idempotency_keys(*, days: int | None = None, max_batches: int | None = None) -> int:
+    """Delete idempotency keys older than ``RETENTION.IDEMPOTENCY_KEYS_DAYS``."""
+    return retention.expire_idempotency_keys(days=days, max_batches=max_batches)
+
+
+def apply_retention() -> dict[str, int]:
+    """One round of the beat's retention: at most ``MAX_BATCHES_PER_TASK`` batches of the
+    policy's runs (archived to ``ARCHIVE_DIR`` when set) and of expired idempotency keys."""
+    settings = conf.get().RETENTION
+    limit = int(settings.MAX_BATCHES_PER_TASK)
+    report = purge_runs(archive_dir=settings.ARCHIVE_DIR or None, max_batches=limit)
+    keys = expire_idempotency_keys(max_batches=limit)
+    return {"runs": report.runs, "keys": keys, "more": int(report.more)}
+
+
+def restore_runs(*, paths: Collection[str]) -> retention.RestoreReport:
+    """Load archived runs back (``manage.py restore_runs``); runs stored already are skipped."""
+    return retention.restore(paths)

@@ -7,6 +7,9 @@
   undelivered outbox intents, commands whose wake-up never came. Progress never depends on a
   message arriving.
 - ``workflows.deliver`` — deliver one outbox intent.
+- ``workflows.retention`` — beat, hourly: purge (or archive and purge) the ended runs the
+  retention policy lets go and expire old idempotency keys, in bounded batches of one
+  transaction each (a repeated or lost message is harmless: the rows say what is left).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from workflows import conf, publish
+from workflows import conf, operations, publish
 from workflows.engine import executor, outbox, wakeups
 
 log = logging.getLogger("workflows.tasks")
@@ -124,6 +127,15 @@ def _queued_messages() -> int | None:
 def deliver(intent_id: int) -> str:
     close_old_connections()
     return outbox.deliver(intent_id)
+
+
+@shared_task(name="workflows.retention", ignore_result=True)
+def retention() -> dict[str, int]:
+    close_old_connections()
+    result = operations.apply_retention()
+    if result["more"]:  # a backlog: the next round follows now rather than in an hour
+        retention.delay()
+    return result
 
 
 # The arguments' text for the worker's logs and the monitors (``argsrepr``), given rather than

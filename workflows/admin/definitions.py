@@ -45,7 +45,8 @@ class DefinitionVersionAdmin(admin.ModelAdmin):
     search_fields = ("definition_id", "contract")
     ordering = ("definition_id", "scope", "-version")
     actions = ["publish", "activate", "deprecate", "retire", "reinstate"]
-    readonly_fields = [f.name for f in DefinitionVersion._meta.fields]
+    # everything but the retention override (docs/operations.md, "Retention") is read-only
+    readonly_fields = [f.name for f in DefinitionVersion._meta.fields if f.name != "retention_days"]
 
     @admin.display(description="plan hash")
     def short_hash(self, obj: DefinitionVersion) -> str:

@@ -21,9 +21,10 @@ from workflows.exceptions import (
     BusinessKeyAmbiguous,
     IdempotencyConflict,
     InstanceNotFound,
+    InvalidPayload,
     StateVersionMismatch,
 )
-from workflows.models import ENDED_STATUSES, Command, CommandKind, CommandStatus, Dedup, Run
+from workflows.models import ENDED_STATUSES, Command, CommandKind, CommandStatus, Dedup, DefinitionVersion, Run
 
 __all__ = [
     "IdleReport",
@@ -43,6 +44,7 @@ __all__ = [
     "reconcile_command",
     "restore_runs",
     "retry",
+    "set_retention_days",
     "signal",
     "signal_by_key",
     "signal_with_start",
@@ -778,6 +780,18 @@ def apply_retention() -> dict[str, int]:
     report = purge_runs(archive_dir=settings.ARCHIVE_DIR or None, max_batches=limit)
     keys = expire_idempotency_keys(max_batches=limit)
     return {"runs": report.runs, "keys": keys, "more": int(report.more)}
+
+
+def set_retention_days(*, scope: str, definition_id: str, version: int, days: int | None) -> bool:
+    """Set (or clear, ``None``) how many days ended runs of one definition version are kept;
+    it overrides ``RETENTION.ENDED_RUNS_DAYS``/``FAILED_RUNS_DAYS`` for them. Writes only that
+    column; answers whether the version exists. Refuses a value below 1 (INVALID_PAYLOAD)."""
+    if days is not None and (isinstance(days, bool) or not isinstance(days, int) or days < 1):
+        raise InvalidPayload("retention days must be a whole number of at least 1, or empty")
+    updated = DefinitionVersion.objects.filter(scope=scope, definition_id=definition_id, version=version).update(
+        retention_days=days
+    )
+    return updated == 1
 
 
 def restore_runs(*, paths: Collection[str]) -> retention.RestoreReport:

@@ -5,6 +5,7 @@ The indexes are built CONCURRENTLY (outside a transaction): the runs table takes
 every step, and a plain CREATE INDEX would block them for as long as the build takes.
 """
 
+import django.core.validators
 from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
 
@@ -24,6 +25,7 @@ class Migration(migrations.Migration):
                 blank=True,
                 help_text="Days an ended run of this version is kept; empty: the site's retention setting.",
                 null=True,
+                validators=[django.core.validators.MinValueValidator(1)],
             ),
         ),
         AddIndexConcurrently(

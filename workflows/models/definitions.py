@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -39,6 +40,7 @@ class DefinitionVersion(models.Model):
     retention_days = models.PositiveIntegerField(
         null=True,
         blank=True,
+        validators=[MinValueValidator(1)],
         help_text=_("Days an ended run of this version is kept; empty: the site's retention setting."),
     )
     source_type = models.CharField(max_length=64, blank=True, default="")

@@ -271,6 +271,7 @@ CELERY_BEAT_SCHEDULE = {
     "workflows-sweep": {"task": "workflows.sweep", "schedule": float(os.environ.get("SWEEP_INTERVAL_SECONDS", "2"))},
     "capture-sweep": {"task": "capture.sweep", "schedule": float(os.environ.get("SWEEP_INTERVAL_SECONDS", "2"))},
     "capture-retention": {"task": "capture.retention", "schedule": 3600.0},
+    "workflows-retention": {"task": "workflows.retention", "schedule": 3600.0},
 }
 
 # --- REST framework -------------------------------------------------------------------

@@ -41,6 +41,23 @@ def test_empty_setting_gives_the_reference_defaults() -> None:
     assert settings.MIGRATE.APPLY_BATCH == 200
 
 
+def test_retention_keeps_everything_by_default_and_takes_none_or_days() -> None:
+    settings = conf.build({})
+    assert settings.RETENTION.ENDED_RUNS_DAYS is None
+    assert settings.RETENTION.FAILED_RUNS_DAYS is None
+    assert settings.RETENTION.ARCHIVE_DIR == ""
+    assert settings.RETENTION.BATCH_SIZE == 500
+    assert settings.RETENTION.IDEMPOTENCY_KEYS_DAYS == 7
+    assert conf.build({"RETENTION": {"ENDED_RUNS_DAYS": 90}}).RETENTION.ENDED_RUNS_DAYS == 90
+    assert conf.build({"RETENTION": {"ENDED_RUNS_DAYS": None}}).RETENTION.ENDED_RUNS_DAYS is None
+    with pytest.raises(ImproperlyConfigured, match=r"'RETENTION'\]\['ENDED_RUNS_DAYS'\] must be at least 1"):
+        conf.build({"RETENTION": {"ENDED_RUNS_DAYS": 0}})
+    with pytest.raises(ImproperlyConfigured, match=r"'RETENTION'\]\['BATCH_SIZE'\] must be an integer"):
+        conf.build({"RETENTION": {"BATCH_SIZE": None}})  # only a key whose default is None may be None
+    environ = {"WORKFLOWS_RETENTION_ENDED_RUNS_DAYS": "30", "WORKFLOWS_RETENTION_FAILED_RUNS_DAYS": "none"}
+    assert conf.from_environment(environ)["RETENTION"] == {"ENDED_RUNS_DAYS": 30, "FAILED_RUNS_DAYS": None}
+
+
 def test_a_given_value_replaces_only_its_default() -> None:
     settings = conf.build({"EXECUTOR": {"LEASE_SECONDS": 60}})
 

@@ -76,6 +76,16 @@ SPEC: dict[str, dict[str, tuple[Any, Any, type]]] = {
     "SERVICES": {
         "ALLOWED_NETWORKS": ((), None, tuple),
     },
+    # the data lifecycle (docs/operations.md, "Retention"): a key whose default is None may be
+    # None (keep forever); ARCHIVE_DIR "" writes no archive
+    "RETENTION": {
+        "ENDED_RUNS_DAYS": (None, 1, int),
+        "FAILED_RUNS_DAYS": (None, 1, int),
+        "ARCHIVE_DIR": ("", None, str),
+        "BATCH_SIZE": (500, 1, int),
+        "MAX_BATCHES_PER_TASK": (20, 1, int),
+        "IDEMPOTENCY_KEYS_DAYS": (7, 1, int),
+    },
 }
 
 
@@ -100,6 +110,7 @@ class WorkflowSettings:
     BULK: Section
     SECURITY: Section
     SERVICES: Section
+    RETENTION: Section
 
 
 def problems(raw: Any) -> list[str]:
@@ -119,7 +130,9 @@ def problems(raw: Any) -> list[str]:
             if spec is None:
                 found.append(f"WORKFLOWS[{section!r}][{key!r}] is not a known key")
                 continue
-            _default, minimum, kind = spec
+            default, minimum, kind = spec
+            if value is None and default is None:
+                continue  # an optional key: None turns it off
             if kind is bool:
                 if not isinstance(value, bool):
                     found.append(f"WORKFLOWS[{section!r}][{key!r}] must be true or false")
@@ -182,7 +195,7 @@ def from_environment(environ: Any) -> dict[str, dict[str, Any]]:
     """
     result: dict[str, dict[str, Any]] = {section: {} for section in SPEC}
     for section, keys in SPEC.items():
-        for key, (_default, _minimum, kind) in keys.items():
+        for key, (default, _minimum, kind) in keys.items():
             raw = environ.get(f"WORKFLOWS_{section}_{key}")
             if raw is None:
                 continue
@@ -193,6 +206,8 @@ def from_environment(environ: Any) -> dict[str, dict[str, Any]]:
                 value = raw
             elif kind is tuple:  # comma-separated
                 value = tuple(part.strip() for part in raw.split(",") if part.strip())
+            elif default is None and raw.strip().lower() in {"", "none", "off"}:
+                value = None
             else:
                 try:
                     value = int(raw)

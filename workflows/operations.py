@@ -13,21 +13,24 @@ from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 
-from workflows.engine import actors, bounds, commands, db, locks, pipeline, probe, recording, teardown
+from workflows import conf
+from workflows.engine import actors, bounds, commands, db, locks, pipeline, probe, recording, retention, teardown
 from workflows.engine.probe import IdleReport
 from workflows.engine.recording import Recorded
 from workflows.exceptions import (
     BusinessKeyAmbiguous,
     IdempotencyConflict,
     InstanceNotFound,
+    InvalidPayload,
     StateVersionMismatch,
 )
-from workflows.models import ENDED_STATUSES, Command, CommandKind, CommandStatus, Dedup, Run
+from workflows.models import ENDED_STATUSES, Command, CommandKind, CommandStatus, Dedup, DefinitionVersion, Run
 
 __all__ = [
     "IdleReport",
     "KeyedSignal",
     "Recorded",
+    "apply_retention",
     "await_idle",
     "bulk_operation_apply_batch",
     "bulk_operation_create",
@@ -36,11 +39,15 @@ __all__ = [
     "cancel_confirmed",
     "complete_task",
     "database_error",
+    "expire_idempotency_keys",
     "is_transient",
     "migrate",
+    "purge_runs",
     "reassign_task",
     "reconcile_command",
+    "restore_runs",
     "retry",
+    "set_retention_days",
     "signal",
     "signal_by_key",
     "signal_with_start",
@@ -1032,3 +1039,70 @@ def bulk_operations_stalled() -> list[int]:
     from workflows.engine import bulk_ops
 
     return bulk_ops.stalled(idle_seconds=conf.get().BULK.STALLED_SECONDS)
+
+
+# --- the data lifecycle (docs/operations.md, "Retention") --------------------------------
+
+
+def purge_runs(
+    *,
+    ended_before: Any = None,
+    definition_id: str | None = None,
+    include_failed: bool = False,
+    archive_dir: str | None = None,
+    dry_run: bool = False,
+    batch_size: int | None = None,
+    max_batches: int | None = None,
+) -> retention.PurgeReport:
+    """Purge ended runs (and, with ``include_failed``, FAILED ones) that ended before
+    ``ended_before``, with every row that references them, in batches of one transaction
+    each; archived first to ``archive_dir`` when given. Without ``ended_before`` the site's
+    retention policy and the per-version ``retention_days`` decide."""
+    if ended_before is None:
+        base = retention.policy()
+        selection = retention.Selection(
+            policy=True,
+            definition_id=definition_id,
+            include_failed=base.include_failed,
+            ended_days=base.ended_days,
+            failed_days=base.failed_days,
+        )
+    else:
+        selection = retention.Selection(
+            ended_before=ended_before, definition_id=definition_id, include_failed=include_failed
+        )
+    return retention.purge(
+        selection, archive_dir=archive_dir, batch_size=batch_size, max_batches=max_batches, dry_run=dry_run
+    )
+
+
+def expire_idempotency_keys(*, days: int | None = None, max_batches: int | None = None) -> int:
+    """Delete idempotency keys older than ``RETENTION.IDEMPOTENCY_KEYS_DAYS``."""
+    return retention.expire_idempotency_keys(days=days, max_batches=max_batches)
+
+
+def apply_retention() -> dict[str, int]:
+    """One round of the beat's retention: at most ``MAX_BATCHES_PER_TASK`` batches of the
+    policy's runs (archived to ``ARCHIVE_DIR`` when set) and of expired idempotency keys."""
+    settings = conf.get().RETENTION
+    limit = int(settings.MAX_BATCHES_PER_TASK)
+    report = purge_runs(archive_dir=settings.ARCHIVE_DIR or None, max_batches=limit)
+    keys = expire_idempotency_keys(max_batches=limit)
+    return {"runs": report.runs, "keys": keys, "more": int(report.more)}
+
+
+def set_retention_days(*, scope: str, definition_id: str, version: int, days: int | None) -> bool:
+    """Set (or clear, ``None``) how many days ended runs of one definition version are kept;
+    it overrides ``RETENTION.ENDED_RUNS_DAYS``/``FAILED_RUNS_DAYS`` for them. Writes only that
+    column; answers whether the version exists. Refuses a value below 1 (INVALID_PAYLOAD)."""
+    if days is not None and (isinstance(days, bool) or not isinstance(days, int) or days < 1):
+        raise InvalidPayload("retention days must be a whole number of at least 1, or empty")
+    updated = DefinitionVersion.objects.filter(scope=scope, definition_id=definition_id, version=version).update(
+        retention_days=days
+    )
+    return updated == 1
+
+
+def restore_runs(*, paths: Collection[str]) -> retention.RestoreReport:
+    """Load archived runs back (``manage.py restore_runs``); runs stored already are skipped."""
+    return retention.restore(paths)

@@ -13,6 +13,9 @@
 - ``workflows.migration_apply`` — apply a migration record in the background, batch by batch,
   while holding its lease; the sweep sends it again for a record whose lease lapsed (a killed
   worker, a lost message), which carries on from the last committed batch.
+- ``workflows.retention`` — beat, hourly: purge (or archive and purge) the ended runs the
+  retention policy lets go and expire old idempotency keys, in bounded batches of one
+  transaction each (a repeated or lost message is harmless: the rows say what is left).
 """
 
 from __future__ import annotations
@@ -169,6 +172,15 @@ def migration_apply(record_id: int) -> str:
 def _publish_migrations(ids: list[int]) -> None:
     for record_id in ids:
         publish.publish(migration_apply, [int(record_id)], f"[{int(record_id)}]")
+
+
+@shared_task(name="workflows.retention", ignore_result=True)
+def retention() -> dict[str, int]:
+    close_old_connections()
+    result = operations.apply_retention()
+    if result["more"]:  # a backlog: the next round follows now rather than in an hour
+        retention.delay()
+    return result
 
 
 # The arguments' text for the worker's logs and the monitors (``argsrepr``), given rather than

@@ -53,3 +53,37 @@ def test_removing_activation_records(admin_client):
     definitions.activate(scope="default", definition_id="simple", version=1)
     act(admin_client, "follow_default", model="activation", ids=list(Activation.objects.values_list("pk", flat=True)))
     assert not Activation.objects.exists()
+
+
+def test_the_retention_override_is_the_one_editable_field(admin_client):
+    definitions.load(scope="default", text=simple())
+    row = DefinitionVersion.objects.get()
+    url = reverse("admin:workflows_definitionversion_change", args=[row.pk])
+    page = admin_client.get(url)
+    assert b'name="retention_days"' in page.content and b'name="status"' not in page.content
+    # the row moves on after the page was drawn: the save writes the override only
+    definitions.publish(scope="default", definition_id="simple", version=1)
+    response = admin_client.post(url, {"retention_days": "365"}, follow=True)
+    assert response.status_code == 200
+    row.refresh_from_db()
+    assert (row.retention_days, row.status) == (365, "AVAILABLE")
+    refused = admin_client.post(url, {"retention_days": "0"})
+    assert refused.status_code == 200 and b"errornote" in refused.content
+    row.refresh_from_db()
+    assert row.retention_days == 365
+    admin_client.post(url, {"retention_days": ""}, follow=True)
+    row.refresh_from_db()
+    assert row.retention_days is None
+
+
+def test_set_retention_days_refuses_a_bad_value_and_changes_nothing():
+    from workflows import operations
+    from workflows.exceptions import InvalidPayload
+
+    definitions.load(scope="default", text=simple())
+    for bad in (0, -3, True, "7"):
+        with pytest.raises(InvalidPayload):
+            operations.set_retention_days(scope="default", definition_id="simple", version=1, days=bad)
+    assert DefinitionVersion.objects.get().retention_days is None
+    assert operations.set_retention_days(scope="default", definition_id="simple", version=1, days=30)
+    assert not operations.set_retention_days(scope="default", definition_id="simple", version=2, days=30)

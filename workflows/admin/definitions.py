@@ -2,7 +2,8 @@
 
 Rows are read-only here: every action calls the lifecycle functions of
 ``workflows.definitions``, which own their transactions and refusals; a refusal is shown as
-an error message with its code.
+an error message with its code. The one editable field, a version's retention override, is
+saved through ``operations.set_retention_days`` (that column only).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from workflows import access, definitions
+from workflows import access, definitions, operations
 from workflows.access import Capability
 from workflows.exceptions import WorkflowError
 from workflows.models import Activation, DefinitionVersion
@@ -45,11 +46,19 @@ class DefinitionVersionAdmin(admin.ModelAdmin):
     search_fields = ("definition_id", "contract")
     ordering = ("definition_id", "scope", "-version")
     actions = ["publish", "activate", "deprecate", "retire", "reinstate"]
-    readonly_fields = [f.name for f in DefinitionVersion._meta.fields]
+    # everything but the retention override (docs/operations.md, "Retention") is read-only
+    readonly_fields = [f.name for f in DefinitionVersion._meta.fields if f.name != "retention_days"]
 
     @admin.display(description="plan hash")
     def short_hash(self, obj: DefinitionVersion) -> str:
         return obj.plan_hash[:12]
+
+    def save_model(self, request: HttpRequest, obj: DefinitionVersion, form: Any, change: bool) -> None:
+        # only the retention override: the other columns belong to the lifecycle, and a whole-row
+        # save could write back a status a publication changed meanwhile
+        operations.set_retention_days(
+            scope=obj.scope, definition_id=obj.definition_id, version=obj.version, days=obj.retention_days
+        )
 
     def has_deploy_permission(self, request: HttpRequest) -> bool:
         return access.has(request.user, Capability.DEPLOY)  # the API's and the designer's capability
@@ -89,6 +98,13 @@ class ActivationAdmin(admin.ModelAdmin):
     search_fields = ("definition_id",)
     actions = ["follow_default"]
     readonly_fields = [f.name for f in Activation._meta.fields]
+
+    def save_model(self, request: HttpRequest, obj: DefinitionVersion, form: Any, change: bool) -> None:
+        # only the retention override: the other columns belong to the lifecycle, and a whole-row
+        # save could write back a status a publication changed meanwhile
+        operations.set_retention_days(
+            scope=obj.scope, definition_id=obj.definition_id, version=obj.version, days=obj.retention_days
+        )
 
     def has_deploy_permission(self, request: HttpRequest) -> bool:
         return access.has(request.user, Capability.DEPLOY)  # the API's and the designer's capability

@@ -154,6 +154,12 @@ class Dedup(models.Model):
     class Meta:
         db_table = "workflow_dedup"
         constraints = [models.UniqueConstraint(fields=["kind", "scope", "key"], name="workflow_dedup_key")]
+        # the expiry of idempotency keys (RETENTION.IDEMPOTENCY_KEYS_DAYS), and the purge's
+        # look-up of a purged run's keys
+        indexes = [
+            models.Index(fields=["created_at"], name="workflow_dedup_age"),
+            models.Index(fields=["run_id"], name="workflow_dedup_run", condition=models.Q(run_id__isnull=False)),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} key of {self.scope}"

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+from django.core.validators import MinValueValidator
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from workflows.models.fields import json_field
 
@@ -33,6 +35,14 @@ class DefinitionVersion(models.Model):
     packaged = models.BooleanField(default=False)
     activate_on_deploy = models.BooleanField(default=True)
     failure = models.CharField(max_length=64, blank=True, default="")
+    # the data lifecycle: ended runs pinned to this version are purged (or archived) this many
+    # days after they ended; null follows WORKFLOWS["RETENTION"] (docs/operations.md)
+    retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text=_("Days an ended run of this version is kept; empty: the site's retention setting."),
+    )
     source_type = models.CharField(max_length=64, blank=True, default="")
     source_uri = models.CharField(max_length=2048, blank=True, default="")
     source_revision = models.CharField(max_length=255, blank=True, default="")

@@ -76,6 +76,8 @@ class Run(ActorColumns):
             # the API's ?state= search (JSON containment, state @> ...); jsonb_path_ops: smaller
             # and faster than the default operator class, and @> is all it has to serve
             GinIndex(fields=["state"], opclasses=["jsonb_path_ops"], name="workflow_run_state"),
+            # the purge's candidates, oldest first; live runs (no ended_at) are not in it
+            models.Index(fields=["ended_at"], name="workflow_run_ended", condition=models.Q(ended_at__isnull=False)),
         ]
 
     def __str__(self) -> str:

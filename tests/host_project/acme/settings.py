@@ -99,6 +99,7 @@ CELERY_BEAT_SCHEDULE = {
     "workflows-sweep": {"task": "workflows.sweep", "schedule": 2.0},
     "capture-sweep": {"task": "capture.sweep", "schedule": 2.0},
     "capture-retention": {"task": "capture.retention", "schedule": 3600.0},
+    "workflows-retention": {"task": "workflows.retention", "schedule": 3600.0},
 }
 
 # --- Switchyard's API (optional: only when the host mounts workflows.api.urls) ------------

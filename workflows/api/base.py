@@ -25,13 +25,25 @@ from rest_framework.views import APIView
 
 from workflows.api import parsers
 from workflows.api.errors import PROBLEM_CONTENT_TYPE, escape_pointer_token
+from workflows.api.filters import refuse_unknown
 from workflows.api.pagination import MAX_PAGE_SIZE, PAGE_SIZE, Cursor
 from workflows.api.permissions import requires
 from workflows.api.renderers import ExactJSONRenderer
 from workflows.api.serializers import ProblemOut
 from workflows.exceptions import InvalidPayload, Violation
 
-__all__ = ["BODY", "PAGE", "ApiView", "Cursor", "TokenAuthentication", "errors", "requires", "valid"]
+__all__ = [
+    "BODY",
+    "PAGE",
+    "ApiView",
+    "Cursor",
+    "TokenAuthentication",
+    "errors",
+    "query",
+    "refuse_unknown",
+    "requires",
+    "valid",
+]
 
 # --- OpenAPI: problem responses and page parameters --------------------------------------------
 
@@ -123,6 +135,13 @@ class ApiView(APIView):
                     "query parameters must not contain NUL characters or unpaired surrogates",
                     violations=[Violation(pointer=pointer, type="encoding", message=message)],
                 )
+
+
+def query(request: Request, filters: type[serializers.Serializer]) -> dict[str, Any]:
+    """A list's query parameters read by ``filters``: a parameter it does not declare (besides
+    ``cursor`` and ``page_size``) or a value it refuses is 400 INVALID_PAYLOAD, never ignored."""
+    refuse_unknown(request, filters().fields)
+    return valid(filters, request.query_params)
 
 
 def valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:

@@ -66,12 +66,15 @@ class CaptureOut(serializers.Serializer):
 @extend_schema_field({"type": "string", "maxLength": reconciling.REASON_LIMIT, "pattern": r"[^\s\x00-\x1f\x7f-\x9f]"})
 class ReasonField(serializers.CharField):
     """A reason that says something: reconcile refuses a blank one (pointer ``/reason``, its own
-    message), so the serializer admits it and the schema states the rule."""
+    message), so the serializer lets "" through to it and the schema states the rule."""
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        return "" if data == "" else super().run_validation(data)
 
 
 class ReconcileInput(serializers.Serializer):
     replay = serializers.BooleanField()
-    reason = ReasonField(max_length=reconciling.REASON_LIMIT, allow_blank=True, trim_whitespace=False)
+    reason = ReasonField(max_length=reconciling.REASON_LIMIT, trim_whitespace=False)
 
 
 def capture_dict(capture: Capture) -> dict[str, Any]:

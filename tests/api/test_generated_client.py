@@ -58,8 +58,9 @@ def generated(live_server: Any, tmp_path: Path) -> Iterator[Any]:
     assert result.returncode == 0, result.stdout + result.stderr
     # The one part it leaves out, by design of the generator: the raw YAML body of
     # POST /api/v1/definitions/ (the client loads definitions as JSON {format, text}).
-    warnings = [line for line in result.stdout.splitlines() if line.startswith("WARNING")]
-    assert warnings == ["WARNING parsing POST /api/v1/definitions/ within definitions."], result.stdout
+    output = result.stdout + result.stderr
+    warnings = [line for line in output.splitlines() if line.startswith("WARNING")]
+    assert warnings == ["WARNING parsing POST /api/v1/definitions/ within definitions."], output
     sys.path.insert(0, str(tmp_path))
     try:
         yield importlib.import_module(PACKAGE)

@@ -75,6 +75,20 @@ def errors(*codes: int, **text: str) -> dict[Any, Any]:
     return out
 
 
+# extend_schema(extensions=BODY_REQUIRED) on an operation whose body is a raw schema (``oneOf``):
+# drf-spectacular marks only a serializer's body required; ``postprocess`` does it for these.
+BODY_REQUIRED = {"x-switchyard-body-required": True}
+
+
+def postprocess(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """A POSTPROCESSING_HOOK of the schema view (``workflows/api/urls.py``): BODY_REQUIRED."""
+    for item in result.get("paths", {}).values():
+        for operation in item.values():
+            if isinstance(operation, dict) and operation.pop("x-switchyard-body-required", False):
+                operation["requestBody"]["required"] = True
+    return result
+
+
 PAGE = [
     OpenApiParameter("cursor", OpenApiTypes.STR, description="the opaque cursor of a next/previous link"),
     OpenApiParameter(

@@ -254,7 +254,7 @@ def _schema(item: df.Filter) -> dict[str, Any]:
         # "json-object": the text of a JSON object (a format of this API's own, documented in
         # the parameter's description; generators that do not know it treat it as a string)
         return {"type": "string", "format": "json-object", "minLength": 2, "maxLength": MAX_STATE_CHARS}
-    return {"type": "string", "maxLength": field.max_length}
+    return {"type": "string", "minLength": 1, "maxLength": field.max_length}  # blank: 400 (refuse_unknown)
 
 
 def parameters(search: type[Search]) -> list[OpenApiParameter]:

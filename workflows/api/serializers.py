@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from workflows.definitions.names import SAFE_NAME
+from workflows.definitions.store import METADATA_LIMITS
 from workflows.engine import bounds
 from workflows.jsonvalues import ExactDecoder, ExactEncoder
 from workflows.models import RunStatus
@@ -21,8 +23,18 @@ NAME = 255  # ids, names, scopes, keys: at most 255 characters everywhere
 MAX_AWAIT_SECONDS = 30
 
 
+class TextField(serializers.CharField):
+    """A JSON string: a number or a boolean is refused ("invalid"), as the schema's
+    ``type: string`` says, instead of DRF's coercion to its text."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
 def _name(**kwargs: Any) -> serializers.CharField:
-    return serializers.CharField(max_length=NAME, **kwargs)
+    return TextField(max_length=NAME, **kwargs)
 
 
 INT_MAX = 2_147_483_647
@@ -31,7 +43,7 @@ INT_MAX = 2_147_483_647
 # holds no control character (Unicode Cc), NUL or surrogate (in a path, no "/" either).
 DEFINITION_ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": NAME, "pattern": SAFE_NAME.pattern}
 _SCOPE_CHAR = r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]"
-_SCOPE_VISIBLE = r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff\s]"
+_SCOPE_VISIBLE = rf"[^\x00-\x1f\x7f-\x9f\ud800-\udfff{bounds.UNICODE_SPACE}]"
 SCOPE_SCHEMA = {
     "type": "string",
     "minLength": 1,
@@ -39,13 +51,13 @@ SCOPE_SCHEMA = {
     "pattern": rf"^{_SCOPE_CHAR}*{_SCOPE_VISIBLE}{_SCOPE_CHAR}*$",
 }
 _PATH_CHAR = r"[^/\x00-\x1f\x7f-\x9f\ud800-\udfff]"
-_PATH_VISIBLE = r"[^/\x00-\x1f\x7f-\x9f\ud800-\udfff\s]"
+_PATH_VISIBLE = rf"[^/\x00-\x1f\x7f-\x9f\ud800-\udfff{bounds.UNICODE_SPACE}]"
 SCOPE_IN_PATH_PATTERN = rf"^{_PATH_CHAR}*{_PATH_VISIBLE}{_PATH_CHAR}*$"
 VERSION_SCHEMA = {"type": "integer", "minimum": 1, "maximum": INT_MAX}
 
 
 @extend_schema_field(DEFINITION_ID_SCHEMA)
-class DefinitionIdField(serializers.CharField):
+class DefinitionIdField(TextField):
     """A definition id (checked by the store: INVALID_ARGUMENT otherwise)."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -53,7 +65,7 @@ class DefinitionIdField(serializers.CharField):
 
 
 @extend_schema_field(SCOPE_SCHEMA)
-class ScopeField(serializers.CharField):
+class ScopeField(TextField):
     """A scope (checked by the store: INVALID_ARGUMENT otherwise)."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -61,7 +73,7 @@ class ScopeField(serializers.CharField):
 
 
 @extend_schema_field({"type": "string", "minLength": 1, "maxLength": NAME, "pattern": bounds.KEY_PATTERN})
-class KeyField(serializers.CharField):
+class KeyField(TextField):
     """A business key that must name one (not blank, printable): what ``bounds.check_key``
     admits, stated in the schema; the operation refuses anything else (pointer ``/business_key``)."""
 
@@ -77,6 +89,21 @@ class AnyJSONField(serializers.JSONField):
         kwargs.setdefault("encoder", ExactEncoder)
         kwargs.setdefault("decoder", ExactDecoder)
         super().__init__(**kwargs)
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "nullable": True,
+        "additionalProperties": False,
+        "properties": {
+            name: {"type": "string", "maxLength": limit, "nullable": True} for name, limit in METADATA_LIMITS.items()
+        },
+    }
+)
+class MetadataField(AnyJSONField):
+    """Source attribution: an object of the known fields (the serializer refuses another value,
+    the store an unknown field)."""
 
 
 # --- input -----------------------------------------------------------------------------------
@@ -183,7 +210,7 @@ class LoadDefinitionInput(serializers.Serializer):
     scope = ScopeField(required=False, default="default")
     format = serializers.ChoiceField(choices=["yaml", "json"], required=False, default="yaml")
     text = serializers.CharField(trim_whitespace=False)
-    metadata = AnyJSONField(
+    metadata = MetadataField(
         required=False,
         allow_null=True,
         help_text="source attribution: source_type, source_uri, source_revision, source_author, upload_id (strings)",
@@ -216,15 +243,15 @@ class AwaitQuery(serializers.Serializer):
 
 
 class DefinitionFilters(serializers.Serializer):
-    scope = ScopeField(required=False)
-    definition_id = DefinitionIdField(required=False)
+    scope = ScopeField(required=False, validators=[RegexValidator(SCOPE_SCHEMA["pattern"], "not a scope")])
+    definition_id = DefinitionIdField(required=False, validators=[RegexValidator(SAFE_NAME, "not a definition id")])
     status = serializers.ChoiceField(
         choices=["CANDIDATE", "PUBLISHING", "AVAILABLE", "DEPRECATED", "RETIRED"], required=False
     )
 
 
 class ActivationFilters(serializers.Serializer):
-    scope = ScopeField(required=False)
+    scope = ScopeField(required=False, validators=[RegexValidator(SCOPE_SCHEMA["pattern"], "not a scope")])
 
 
 # --- output ----------------------------------------------------------------------------------

@@ -61,7 +61,10 @@ v1: list[URLPattern | URLResolver] = [
 # and response components are split (``StartRunInputRequest``), so a request component states
 # what a request must be (``minLength: 1`` where blanks are refused, required members) and a
 # response component what an answer holds. Generated clients and schemathesis read this.
-SCHEMA_SETTINGS = {"COMPONENT_SPLIT_REQUEST": True}
+SCHEMA_SETTINGS = {
+    "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "workflows.api.base.postprocess"],
+}
 
 urlpatterns = [
     path("v1/", include(v1)),

@@ -33,7 +33,7 @@ from workflows import definitions, operations, queries
 from workflows.access import Capability
 from workflows.api import filters, pagination, parsers, permissions
 from workflows.api import serializers as s
-from workflows.api.base import BODY, PAGE, ApiView, errors, query, valid
+from workflows.api.base import BODY, BODY_REQUIRED, PAGE, ApiView, errors, query, valid
 from workflows.api.errors import PROBLEM_CONTENT_TYPE, problem
 from workflows.engine import bounds
 from workflows.exceptions import InstanceNotFound, InvalidPayload, TaskNotFound, Violation
@@ -54,11 +54,17 @@ RETRY_AFTER = OpenApiParameter(
 )
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
-    {"type": "string", "minLength": 1, "maxLength": bounds.KEY_MAX_CHARS, "pattern": bounds.HEADER_KEY_PATTERN},
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": bounds.KEY_MAX_CHARS,
+        "pattern": bounds.HEADER_KEY_PATTERN,
+    },
     OpenApiParameter.HEADER,
     description="a repeat with the same key and body answers the first recording; another body with the same "
     "key is refused with IDEMPOTENCY_CONFLICT. Keys are the caller's own: another user's same key is another "
     "key. 1 to 255 printable characters (a control character is 400 INVALID_PAYLOAD)",
+    examples=[OpenApiExample("a key", value="order-1001-start")],
 )
 AWAIT = OpenApiParameter(
     "await",
@@ -91,6 +97,7 @@ IF_MATCH = OpenApiParameter(
     description='the run\'s ETag as read (`"<state_version>"`, a list of them, or `*`): the write is made only '
     "while the run is at that state version (compared under the run's lock), otherwise 412 "
     "STATE_VERSION_MISMATCH and nothing is recorded; without it the write is unconditional",
+    examples=[OpenApiExample("the state version read", value='"3"')],
 )
 ETAG = OpenApiParameter(
     "ETag",
@@ -627,6 +634,7 @@ class TaskReassignView(ApiView):
         tags=["tasks"],
         summary="Reassign a task",
         request={"application/json": s.REASSIGN_SCHEMA},
+        extensions=BODY_REQUIRED,
         parameters=[TASK_ID, RETRY_AFTER],
         responses={
             200: OpenApiResponse(s.TaskOut, description="the task with its new assignment"),

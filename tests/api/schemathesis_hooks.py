@@ -16,6 +16,17 @@ state because it differs per definition and version. The exception is as narrow 
 | create a bulk migration | the source and target revisions and the positions of the rows (INVALID_PAYLOAD) |
 | activate | a target scope other than the path's scope or ``default`` (INVALID_ARGUMENT: body and path together) |
 
+A reconcile reason must hold a printable character (Python's ``str.isprintable``: Unicode
+categories, unassigned code points included, which a JSON Schema pattern cannot list); a
+reason without one is refused as blank, and is not judged here either.
+
+A case schemathesis labels positive although it does not conform to the schema is not valid
+data, and is not judged here: a header, path or query value that does not match the parameter's
+pattern (the coverage phase fills the parameters it is not varying with plain values such as
+``If-Match: 0``), or a JSON body its request schema refuses (fuzzed strings holding control
+characters a pattern excludes). The body is checked with ``jsonschema`` against the schema's
+own request component.
+
 And one rule of the whole API that JSON Schema cannot state for the members a request may add
 (the bodies do not forbid additional properties; DRF ignores them): a number anywhere in a
 body must lie within 1e-308 and 1e308 in magnitude (docs/api.md, "Numbers"), INVALID_PAYLOAD
@@ -25,8 +36,10 @@ with a violation of type ``number``.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+import jsonschema
 import schemathesis
 from hypothesis import strategies as st
 from schemathesis.core.failures import Failure
@@ -67,12 +80,44 @@ def _decided_by_the_definition(response: Any, case: Any) -> bool:
     return problem.get("code") in codes and not any(text in detail for text in SCHEMA_STATED)
 
 
+def _reason_without_a_printable_character(case: Any) -> bool:
+    body = case.body if isinstance(case.body, dict) else {}
+    reason = body.get("reason")
+    return (
+        case.operation.label == "POST /api/v1/captures/{id}/reconcile/"
+        and isinstance(reason, str)
+        and not any(ch.isprintable() and not ch.isspace() for ch in reason)
+    )
+
+
+def _conforms(case: Any) -> bool:
+    values = {"header": case.headers or {}, "path": case.path_parameters or {}, "query": case.query or {}}
+    for parameter in case.operation.definition.raw.get("parameters", []):
+        pattern = parameter.get("schema", {}).get("pattern")
+        given = values.get(parameter.get("in"), {})
+        name = parameter.get("name")
+        if pattern and name in given:
+            items = given[name] if isinstance(given[name], list) else [given[name]]
+            if any(re.search(pattern, str(item)) is None for item in items):
+                return False
+    body = case.operation.definition.raw.get("requestBody", {}).get("content", {}).get("application/json")
+    if body and isinstance(case.body, dict | list):
+        document = {**body["schema"], "components": case.operation.schema.raw_schema.get("components", {})}
+        if not jsonschema.Draft202012Validator(document).is_valid(case.body):
+            return False
+    return True
+
+
 @schemathesis.check
 def positive_data_acceptance_but_definition_rules(ctx: Any, response: Any, case: Any) -> bool | None:
     try:
         return positive_data_acceptance(ctx, response, case)
     except Failure:
-        if _decided_by_the_definition(response, case):
+        if (
+            _decided_by_the_definition(response, case)
+            or _reason_without_a_printable_character(case)
+            or not _conforms(case)
+        ):
             return None
         raise
 

@@ -44,12 +44,8 @@ INT_MAX = 2_147_483_647
 DEFINITION_ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": NAME, "pattern": SAFE_NAME.pattern}
 _SCOPE_CHAR = r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]"
 _SCOPE_VISIBLE = rf"[^\x00-\x1f\x7f-\x9f\ud800-\udfff{bounds.UNICODE_SPACE}]"
-SCOPE_SCHEMA = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": NAME,
-    "pattern": rf"^{_SCOPE_CHAR}*{_SCOPE_VISIBLE}{_SCOPE_CHAR}*$",
-}
+SCOPE_PATTERN = rf"^{_SCOPE_CHAR}*{_SCOPE_VISIBLE}{_SCOPE_CHAR}*$"
+SCOPE_SCHEMA = {"type": "string", "minLength": 1, "maxLength": NAME, "pattern": SCOPE_PATTERN}
 _PATH_CHAR = r"[^/\x00-\x1f\x7f-\x9f\ud800-\udfff]"
 _PATH_VISIBLE = rf"[^/\x00-\x1f\x7f-\x9f\ud800-\udfff{bounds.UNICODE_SPACE}]"
 SCOPE_IN_PATH_PATTERN = rf"^{_PATH_CHAR}*{_PATH_VISIBLE}{_PATH_CHAR}*$"
@@ -243,7 +239,7 @@ class AwaitQuery(serializers.Serializer):
 
 
 class DefinitionFilters(serializers.Serializer):
-    scope = ScopeField(required=False, validators=[RegexValidator(SCOPE_SCHEMA["pattern"], "not a scope")])
+    scope = ScopeField(required=False, validators=[RegexValidator(SCOPE_PATTERN, "not a scope")])
     definition_id = DefinitionIdField(required=False, validators=[RegexValidator(SAFE_NAME, "not a definition id")])
     status = serializers.ChoiceField(
         choices=["CANDIDATE", "PUBLISHING", "AVAILABLE", "DEPRECATED", "RETIRED"], required=False
@@ -251,7 +247,7 @@ class DefinitionFilters(serializers.Serializer):
 
 
 class ActivationFilters(serializers.Serializer):
-    scope = ScopeField(required=False, validators=[RegexValidator(SCOPE_SCHEMA["pattern"], "not a scope")])
+    scope = ScopeField(required=False, validators=[RegexValidator(SCOPE_PATTERN, "not a scope")])
 
 
 # --- output ----------------------------------------------------------------------------------

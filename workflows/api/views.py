@@ -696,6 +696,7 @@ class DefinitionsView(ApiView):
         description="JSON `{scope, format, text}`, or the YAML document itself as the body "
         "(`Content-Type: application/yaml`, scope in `?scope=`).",
         request={"application/json": s.LoadDefinitionInput, "application/yaml": OpenApiTypes.STR},
+        extensions=BODY_REQUIRED,
         parameters=[OpenApiParameter("scope", s.SCOPE_SCHEMA, description="with a YAML body: the scope")],
         responses={
             201: s.DefinitionOut,

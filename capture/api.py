@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.validators import RegexValidator
 from django.urls import path
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -25,7 +26,7 @@ from rest_framework.response import Response
 from capture import reconcile as reconciling
 from capture.models import Capture, CaptureEvent, CaptureStatus
 from workflows.access import Capability
-from workflows.api.base import PAGE, ApiView, Cursor, errors, requires, valid
+from workflows.api.base import PAGE, ApiView, Cursor, errors, query, requires, valid
 
 
 class CaptureCursor(Cursor):
@@ -62,9 +63,18 @@ class CaptureOut(serializers.Serializer):
     reconciled = ReconciledOut(allow_null=True)
 
 
+@extend_schema_field({"type": "string", "maxLength": reconciling.REASON_LIMIT, "pattern": r"[^\s\x00-\x1f\x7f-\x9f]"})
+class ReasonField(serializers.CharField):
+    """A reason that says something: reconcile refuses a blank one (pointer ``/reason``, its own
+    message), so the serializer lets "" through to it and the schema states the rule."""
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        return "" if data == "" else super().run_validation(data)
+
+
 class ReconcileInput(serializers.Serializer):
     replay = serializers.BooleanField()
-    reason = serializers.CharField(max_length=reconciling.REASON_LIMIT, allow_blank=True, trim_whitespace=False)
+    reason = ReasonField(max_length=reconciling.REASON_LIMIT, trim_whitespace=False)
 
 
 def capture_dict(capture: Capture) -> dict[str, Any]:
@@ -99,12 +109,21 @@ def capture_dict(capture: Capture) -> dict[str, Any]:
     }
 
 
-FILTERS = [
-    OpenApiParameter("status", OpenApiTypes.STR, description="one or more statuses, comma-separated"),
-    OpenApiParameter("event", OpenApiTypes.STR, enum=[e.value for e in CaptureEvent]),
-    OpenApiParameter("model", OpenApiTypes.STR, description="app_label.ModelName"),
-    OpenApiParameter("object_pk", OpenApiTypes.STR, description="the record's primary key"),
-]
+_STATUS = "|".join(CaptureStatus.values)
+
+
+class CaptureFilters(serializers.Serializer):
+    """The list's query parameters; anything else, or a value outside these, is 400."""
+
+    status = serializers.CharField(
+        required=False,
+        max_length=255,
+        validators=[RegexValidator(rf"^({_STATUS})(,({_STATUS}))*$", "not a comma-separated list of statuses")],
+        help_text="one or more statuses, comma-separated",
+    )
+    event = serializers.ChoiceField(choices=CaptureEvent.choices, required=False)
+    model = serializers.CharField(required=False, max_length=255, help_text="app_label.ModelName (any case)")
+    object_pk = serializers.CharField(required=False, max_length=255, help_text="the record's primary key")
 
 
 class CapturesView(ApiView):
@@ -115,20 +134,19 @@ class CapturesView(ApiView):
         operation_id="captures_list",
         tags=["captures"],
         summary="Record captures, newest first",
-        parameters=[*PAGE, *FILTERS],
+        parameters=[*PAGE, CaptureFilters],
         responses={200: CaptureOut(many=True), **errors(404, e404="NOT_FOUND: an invalid cursor")},
     )
     def get(self, request: Request) -> Response:
         rows = Capture.objects.all()
-        params = request.query_params
-        statuses = [s for s in params.get("status", "").split(",") if s in CaptureStatus.values]
-        if params.get("status") is not None:
-            rows = rows.filter(status__in=statuses)
-        if params.get("event"):
+        params = query(request, CaptureFilters)
+        if "status" in params:
+            rows = rows.filter(status__in=params["status"].split(","))
+        if "event" in params:
             rows = rows.filter(event=params["event"])
-        if params.get("model"):
+        if "model" in params:
             rows = rows.filter(model__iexact=params["model"])
-        if params.get("object_pk"):
+        if "object_pk" in params:
             rows = rows.filter(object_pk=params["object_pk"])
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(rows, request, view=self) or []

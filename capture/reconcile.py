@@ -23,7 +23,7 @@ REASON_LIMIT = 1000
 class NotAdministrator(WorkflowError):
     code = "PERMISSION_DENIED"
     status = 403
-    title = "Only administrators reconcile captures"
+    title = "Permission denied"  # the title of PERMISSION_DENIED; the message says why
 
 
 class CaptureNotFound(WorkflowError):
@@ -35,7 +35,7 @@ class CaptureNotFound(WorkflowError):
 class ReconcileRefused(WorkflowError):
     code = "INVALID_TRANSITION"
     status = 409
-    title = "Only failed and unknown-outcome captures are reconciled"
+    title = "Transition refused"  # the title of INVALID_TRANSITION; the message says why
 
 
 def is_administrator(user: Any) -> bool:

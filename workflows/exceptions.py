@@ -128,14 +128,13 @@ class PersistenceError(WorkflowError):
     code = "PERSISTENCE"
     status = 503
     retryable = True
-    title = "Database unavailable; retry"
+    title = "Database failure"  # one title for both kinds: a problem type has one title
 
     @classmethod
     def technical(cls, message: str) -> PersistenceError:
         error = cls(message)
         error.retryable = False
         error.status = 500
-        error.title = "Database failure"
         return error
 
 
@@ -190,7 +189,7 @@ class LifecycleError(WorkflowError):
 
     code = "INVALID_TRANSITION"
     status = 409
-    title = "Lifecycle transition refused"
+    title = "Transition refused"  # INVALID_TRANSITION: one title, whatever refused it
 
 
 class Deprecated(LifecycleError):

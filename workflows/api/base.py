@@ -25,13 +25,25 @@ from rest_framework.views import APIView
 
 from workflows.api import parsers
 from workflows.api.errors import PROBLEM_CONTENT_TYPE, escape_pointer_token
+from workflows.api.filters import refuse_unknown
 from workflows.api.pagination import MAX_PAGE_SIZE, PAGE_SIZE, Cursor
 from workflows.api.permissions import requires
 from workflows.api.renderers import ExactJSONRenderer
 from workflows.api.serializers import ProblemOut
 from workflows.exceptions import InvalidPayload, Violation
 
-__all__ = ["BODY", "PAGE", "ApiView", "Cursor", "TokenAuthentication", "errors", "requires", "valid"]
+__all__ = [
+    "BODY",
+    "PAGE",
+    "ApiView",
+    "Cursor",
+    "TokenAuthentication",
+    "errors",
+    "query",
+    "refuse_unknown",
+    "requires",
+    "valid",
+]
 
 # --- OpenAPI: problem responses and page parameters --------------------------------------------
 
@@ -61,6 +73,20 @@ def errors(*codes: int, **text: str) -> dict[Any, Any]:
         description = text.get(f"e{code}", _ERROR_TEXT[code])
         out[(code, PROBLEM_CONTENT_TYPE)] = OpenApiResponse(ProblemOut, description=description)
     return out
+
+
+# extend_schema(extensions=BODY_REQUIRED) on an operation whose body is a raw schema (``oneOf``):
+# drf-spectacular marks only a serializer's body required; ``postprocess`` does it for these.
+BODY_REQUIRED = {"x-switchyard-body-required": True}
+
+
+def postprocess(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """A POSTPROCESSING_HOOK of the schema view (``workflows/api/urls.py``): BODY_REQUIRED."""
+    for item in result.get("paths", {}).values():
+        for operation in item.values():
+            if isinstance(operation, dict) and operation.pop("x-switchyard-body-required", False):
+                operation["requestBody"]["required"] = True
+    return result
 
 
 PAGE = [
@@ -123,6 +149,13 @@ class ApiView(APIView):
                     "query parameters must not contain NUL characters or unpaired surrogates",
                     violations=[Violation(pointer=pointer, type="encoding", message=message)],
                 )
+
+
+def query(request: Request, filters: type[serializers.Serializer]) -> dict[str, Any]:
+    """A list's query parameters read by ``filters``: a parameter it does not declare (besides
+    ``cursor`` and ``page_size``) or a value it refuses is 400 INVALID_PAYLOAD, never ignored."""
+    refuse_unknown(request, filters().fields)
+    return valid(filters, request.query_params)
 
 
 def valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:

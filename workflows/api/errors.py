@@ -44,6 +44,52 @@ _QUOTING_CODES = {
 }
 
 
+# One title per problem type (``code``; the ``type`` URI is derived from it): the titles of the
+# workflow errors (``WorkflowError.title``), of the codes an operation raises with a class of
+# another code (``TaskNotWaiting(code="TASK_CLAIMED")``) and of the protocol errors. ``problem``
+# answers the title registered for a code, whatever title its caller passed.
+PROTOCOL_TITLES = {
+    "NOT_AUTHENTICATED": "Authentication required",
+    "AUTHENTICATION_FAILED": "Authentication failed",
+    "PERMISSION_DENIED": "Permission denied",
+    "NOT_FOUND": "Not found",
+    "METHOD_NOT_ALLOWED": "Method not allowed",
+    "UNSUPPORTED_MEDIA_TYPE": "Unsupported media type",
+    "NOT_ACCEPTABLE": "Not acceptable",
+    "THROTTLED": "Too many requests",
+    "PAYLOAD_TOO_LARGE": "Request body too large",
+    "INTERNAL": "Internal error",
+}
+RAISED_WITH_ANOTHER_CLASS_TITLES = {
+    "TASK_CLAIMED": "Task claimed by another member of its group",
+    "TASK_NOT_CLAIMABLE": "Task cannot be claimed",
+    "VERSION_EXISTS": "Version already exists",
+    "LOADER_MISSING": "No loader for the stored document",
+    "DRIFT": "Stored definition drifted from its compiled plan",
+    "SNAPSHOT_MISSING": "Capture has no snapshot",
+}
+
+
+def _workflow_titles() -> dict[str, str]:
+    titles: dict[str, str] = {}
+    pending: list[type[WorkflowError]] = [WorkflowError]
+    while pending:
+        cls = pending.pop()
+        titles.setdefault(cls.code, cls.title)
+        pending.extend(cls.__subclasses__())
+    return titles
+
+
+def titles() -> dict[str, str]:
+    """Every problem code the API answers with its one title (read when asked: apps register
+    their WorkflowError subclasses when they are imported)."""
+    return {**_workflow_titles(), **RAISED_WITH_ANOTHER_CLASS_TITLES, **PROTOCOL_TITLES}
+
+
+def title_of(code: str, fallback: str) -> str:
+    return titles().get(code, fallback)
+
+
 class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "the request body is larger than the server accepts"
@@ -60,7 +106,7 @@ def problem(
 ) -> Response:
     body = {
         "type": f"urn:switchyard:problem:{code.lower().replace('_', '-')}",
-        "title": title,
+        "title": title_of(code, title),
         "status": status_code,
         "code": code,
         "detail": detail,
@@ -105,33 +151,31 @@ def _violation(item: exceptions.ErrorDetail, pointer: str) -> dict[str, Any]:
 def _protocol_problem(exc: exceptions.APIException) -> Response:
     headers: dict[str, str] = {}
     code = str(getattr(exc, "default_code", "error")).upper()
-    title = "Request refused"
+    title = title_of(code, "Request refused")
     detail = str(exc.detail) if isinstance(exc.detail, str) else title
     status_code = exc.status_code
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
         auth_header = getattr(exc, "auth_header", None)
         if auth_header:
             headers["WWW-Authenticate"] = auth_header
-        title = "Authentication required" if isinstance(exc, exceptions.NotAuthenticated) else "Authentication failed"
     elif isinstance(exc, exceptions.PermissionDenied):
-        code, title = "PERMISSION_DENIED", "Permission denied"
+        code = "PERMISSION_DENIED"
     elif isinstance(exc, exceptions.NotFound):
-        code, title = "NOT_FOUND", "Not found"
+        code = "NOT_FOUND"
     elif isinstance(exc, exceptions.MethodNotAllowed):
-        title, detail = "Method not allowed", "this endpoint does not accept that method"
+        detail = "this endpoint does not accept that method"
     elif isinstance(exc, exceptions.UnsupportedMediaType):
-        title = "Unsupported media type"
         detail = "send the body as application/json (definitions also accept application/yaml)"
     elif isinstance(exc, exceptions.NotAcceptable):
-        title, detail = "Not acceptable", "this API answers application/json"
+        detail = "this API answers application/json"
     elif isinstance(exc, exceptions.Throttled):
-        code, title = "THROTTLED", "Too many requests"
+        code = "THROTTLED"
         detail = "too many requests; retry later"
         wait = getattr(exc, "wait", None)
         if wait is not None:
             headers["Retry-After"] = str(max(1, round(wait)))
     elif isinstance(exc, PayloadTooLarge):
-        code, title = "PAYLOAD_TOO_LARGE", "Request body too large"
+        code = "PAYLOAD_TOO_LARGE"
     return problem(status_code, code, title, detail, headers=headers)
 
 
@@ -165,13 +209,13 @@ def _problem_for(exc: Exception) -> Response:
     if isinstance(exc, exceptions.ValidationError):
         violations = list(_walk_validation(exc.detail, ""))
         return problem(
-            400, "INVALID_PAYLOAD", "Invalid request", "the request does not have the expected shape", violations
+            400, "INVALID_PAYLOAD", "Invalid payload", "the request does not have the expected shape", violations
         )
     if isinstance(exc, exceptions.ParseError):
         return problem(
             400,
             "INVALID_PAYLOAD",
-            "Invalid request",
+            "Invalid payload",
             "the request body is not valid JSON",
             [{"pointer": "", "type": "parse", "message": "not valid JSON"}],
         )
@@ -190,7 +234,7 @@ def _problem_for(exc: Exception) -> Response:
         return problem(
             400,
             "INVALID_PAYLOAD",
-            "Invalid request",
+            "Invalid payload",
             message,
             [{"pointer": "", "type": "encoding", "message": message}],
         )

@@ -56,8 +56,21 @@ MESSAGES = {
 
 def refuse_unknown(request: Request, known: Iterable[str]) -> None:
     """400 for a query parameter the list does not take: each one named when it looks like a
-    parameter name (a misspelling to fix), otherwise not repeated (pointer ``""``)."""
+    parameter name (a misspelling to fix), otherwise not repeated (pointer ``""``); 400 too for
+    a known parameter given blank (``?status=``), which would otherwise filter nothing."""
     unknown = sorted(set(request.query_params) - {*known, *PAGE_PARAMETERS})
+    blank = sorted(
+        name
+        for name, values in request.query_params.lists()
+        if "" in values and name not in unknown and name not in PAGE_PARAMETERS  # those answer their own 400
+    )
+    if blank:
+        # ?status= would otherwise read as "no filter": a client that sent a parameter meant
+        # something by it (the schema says minLength 1 / a format / an enum)
+        raise InvalidPayload(
+            "blank query parameters",
+            violations=[Violation(pointer=f"/{name}", type="blank", message="must not be blank") for name in blank],
+        )
     if unknown:
         raise InvalidPayload(
             "unknown query parameters",
@@ -238,8 +251,10 @@ def _schema(item: df.Filter) -> dict[str, Any]:
     if isinstance(field, InstantField):
         return {"type": "string", "format": "date-time"}
     if isinstance(field, JSONObjectField):
-        return {"type": "string", "maxLength": MAX_STATE_CHARS}
-    return {"type": "string", "maxLength": field.max_length}
+        # "json-object": the text of a JSON object (a format of this API's own, documented in
+        # the parameter's description; generators that do not know it treat it as a string)
+        return {"type": "string", "format": "json-object", "minLength": 2, "maxLength": MAX_STATE_CHARS}
+    return {"type": "string", "minLength": 1, "maxLength": field.max_length}  # blank: 400 (refuse_unknown)
 
 
 def parameters(search: type[Search]) -> list[OpenApiParameter]:

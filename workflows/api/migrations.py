@@ -35,7 +35,7 @@ from rest_framework.response import Response
 
 from workflows import operations, queries
 from workflows.api import pagination, permissions
-from workflows.api.base import PAGE, ApiView, errors, valid
+from workflows.api.base import PAGE, ApiView, errors, query, valid
 from workflows.exceptions import MigrationIllegalState
 
 NAME = 255
@@ -262,7 +262,7 @@ class MigrationsView(ApiView):
         responses={200: MigrationOut(many=True), **errors(400, 404, e404="NOT_FOUND: an invalid cursor")},
     )
     def get(self, request: Request) -> Response:
-        filters = valid(RecordFilters, request.query_params)
+        filters = query(request, RecordFilters)
         records = queries.migration_records(scope=filters.get("scope"), definition_id=filters.get("definition_id"))
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(records, request, view=self) or []
@@ -404,7 +404,7 @@ class MigrationRunsView(ApiView):
         responses={200: ItemOut(many=True), **errors(400, 404)},
     )
     def get(self, request: Request, id: int) -> Response:
-        filters = valid(ItemFilters, request.query_params)
+        filters = query(request, ItemFilters)
         record_of(id)
         items = queries.migration_items(record_id=id, status=filters.get("status"))
         paginator = self.pagination_class()

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.validators import RegexValidator
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from workflows.definitions.names import SAFE_NAME
+from workflows.definitions.store import METADATA_LIMITS
+from workflows.engine import bounds
 from workflows.jsonvalues import ExactDecoder, ExactEncoder
 from workflows.models import RunStatus
 
@@ -18,8 +23,58 @@ NAME = 255  # ids, names, scopes, keys: at most 255 characters everywhere
 MAX_AWAIT_SECONDS = 30
 
 
+class TextField(serializers.CharField):
+    """A JSON string: a number or a boolean is refused ("invalid"), as the schema's
+    ``type: string`` says, instead of DRF's coercion to its text."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
 def _name(**kwargs: Any) -> serializers.CharField:
-    return serializers.CharField(max_length=NAME, **kwargs)
+    return TextField(max_length=NAME, **kwargs)
+
+
+INT_MAX = 2_147_483_647
+# What workflows.definitions.store admits, stated in the schema (the store refuses the rest
+# with INVALID_ARGUMENT): a definition id of safe characters; a scope that is not blank and
+# holds no control character (Unicode Cc), NUL or surrogate (in a path, no "/" either).
+DEFINITION_ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": NAME, "pattern": SAFE_NAME.pattern}
+_SCOPE_CHAR = r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]"
+_SCOPE_VISIBLE = rf"[^\x00-\x1f\x7f-\x9f\ud800-\udfff{bounds.UNICODE_SPACE}]"
+SCOPE_PATTERN = rf"^{_SCOPE_CHAR}*{_SCOPE_VISIBLE}{_SCOPE_CHAR}*$"
+SCOPE_SCHEMA = {"type": "string", "minLength": 1, "maxLength": NAME, "pattern": SCOPE_PATTERN}
+_PATH_CHAR = r"[^/\x00-\x1f\x7f-\x9f\ud800-\udfff]"
+_PATH_VISIBLE = rf"[^/\x00-\x1f\x7f-\x9f\ud800-\udfff{bounds.UNICODE_SPACE}]"
+SCOPE_IN_PATH_PATTERN = rf"^{_PATH_CHAR}*{_PATH_VISIBLE}{_PATH_CHAR}*$"
+VERSION_SCHEMA = {"type": "integer", "minimum": 1, "maximum": INT_MAX}
+
+
+@extend_schema_field(DEFINITION_ID_SCHEMA)
+class DefinitionIdField(TextField):
+    """A definition id (checked by the store: INVALID_ARGUMENT otherwise)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=NAME, **kwargs)
+
+
+@extend_schema_field(SCOPE_SCHEMA)
+class ScopeField(TextField):
+    """A scope (checked by the store: INVALID_ARGUMENT otherwise)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=NAME, **kwargs)
+
+
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": NAME, "pattern": bounds.KEY_PATTERN})
+class KeyField(TextField):
+    """A business key that must name one (not blank, printable): what ``bounds.check_key``
+    admits, stated in the schema; the operation refuses anything else (pointer ``/business_key``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=NAME, trim_whitespace=False, **kwargs)
 
 
 class AnyJSONField(serializers.JSONField):
@@ -32,13 +87,28 @@ class AnyJSONField(serializers.JSONField):
         super().__init__(**kwargs)
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "nullable": True,
+        "additionalProperties": False,
+        "properties": {
+            name: {"type": "string", "maxLength": limit, "nullable": True} for name, limit in METADATA_LIMITS.items()
+        },
+    }
+)
+class MetadataField(AnyJSONField):
+    """Source attribution: an object of the known fields (the serializer refuses another value,
+    the store an unknown field)."""
+
+
 # --- input -----------------------------------------------------------------------------------
 
 
 class StartRunInput(serializers.Serializer):
-    definition_id = _name()
+    definition_id = DefinitionIdField()
     version = serializers.IntegerField(min_value=1, max_value=2_147_483_647, required=False, allow_null=True)
-    scope = _name(required=False, allow_null=True)
+    scope = ScopeField(required=False, allow_null=True)
     business_key = _name(required=False, allow_blank=True, allow_null=True, trim_whitespace=False)
     payload = AnyJSONField(required=False, allow_null=True)
 
@@ -52,9 +122,9 @@ class SignalInput(serializers.Serializer):
 class SignalByKeyInput(SignalInput):
     """A signal addressed by definition and business key instead of the run's id."""
 
-    definition_id = _name()
-    scope = _name(required=False, allow_null=True)
-    business_key = _name(trim_whitespace=False)
+    definition_id = DefinitionIdField()
+    scope = ScopeField(required=False, allow_null=True)
+    business_key = KeyField()
 
 
 class SignalWithStartInput(SignalByKeyInput):
@@ -70,7 +140,7 @@ class CancelInput(serializers.Serializer):
 
 class MigrateInput(serializers.Serializer):
     target_version = serializers.IntegerField(min_value=1, max_value=2_147_483_647)
-    target_scope = _name(required=False, allow_null=True)
+    target_scope = ScopeField(required=False, allow_null=True)
     target_step = _name(required=False, allow_null=True)
     action = serializers.ChoiceField(choices=["move", "cancel", "end"], required=False, default="move")
 
@@ -87,8 +157,32 @@ class CompleteTaskInput(serializers.Serializer):
     subject_version = serializers.CharField(max_length=NAME, required=False, allow_null=True, allow_blank=True)
 
 
+ASSIGNMENT_SCHEMA = {
+    "type": "object",
+    "required": ["mode", "value"],
+    "properties": {
+        "mode": {"type": "string", "enum": ["user", "group", "role"]},
+        "value": {"type": "string", "minLength": 1, "maxLength": NAME},
+    },
+}
+# ReassignTaskInput as the schema states it: one of the two shapes, never both
+REASSIGN_SCHEMA = {
+    "oneOf": [
+        {
+            "type": "object",
+            "title": "NestedAssignment",
+            "required": ["assignment"],
+            "properties": {"assignment": ASSIGNMENT_SCHEMA},
+            "not": {"anyOf": [{"required": ["mode"]}, {"required": ["value"]}]},
+        },
+        {**ASSIGNMENT_SCHEMA, "title": "FlatAssignment", "not": {"required": ["assignment"]}},
+    ]
+}
+
+
 class ReassignTaskInput(serializers.Serializer):
-    """The new assignment: ``{"assignment": {"mode", "value"}}`` or ``{"mode", "value"}``."""
+    """The new assignment: ``{"assignment": {"mode", "value"}}`` or ``{"mode", "value"}``
+    (``REASSIGN_SCHEMA`` in OpenAPI)."""
 
     assignment = AssignmentField(required=False)
     mode = serializers.ChoiceField(choices=["user", "group", "role"], required=False)
@@ -109,10 +203,10 @@ class ReassignTaskInput(serializers.Serializer):
 
 
 class LoadDefinitionInput(serializers.Serializer):
-    scope = _name(required=False, default="default")
+    scope = ScopeField(required=False, default="default")
     format = serializers.ChoiceField(choices=["yaml", "json"], required=False, default="yaml")
     text = serializers.CharField(trim_whitespace=False)
-    metadata = AnyJSONField(
+    metadata = MetadataField(
         required=False,
         allow_null=True,
         help_text="source attribution: source_type, source_uri, source_revision, source_author, upload_id (strings)",
@@ -126,7 +220,7 @@ class LoadDefinitionInput(serializers.Serializer):
 
 class ActivateInput(serializers.Serializer):
     version = serializers.IntegerField(min_value=1, max_value=2_147_483_647)
-    target_scope = _name(required=False, allow_null=True)
+    target_scope = ScopeField(required=False, allow_null=True)
 
 
 class AwaitQuery(serializers.Serializer):
@@ -145,15 +239,15 @@ class AwaitQuery(serializers.Serializer):
 
 
 class DefinitionFilters(serializers.Serializer):
-    scope = _name(required=False)
-    definition_id = _name(required=False)
+    scope = ScopeField(required=False, validators=[RegexValidator(SCOPE_PATTERN, "not a scope")])
+    definition_id = DefinitionIdField(required=False, validators=[RegexValidator(SAFE_NAME, "not a definition id")])
     status = serializers.ChoiceField(
         choices=["CANDIDATE", "PUBLISHING", "AVAILABLE", "DEPRECATED", "RETIRED"], required=False
     )
 
 
 class ActivationFilters(serializers.Serializer):
-    scope = _name(required=False)
+    scope = ScopeField(required=False, validators=[RegexValidator(SCOPE_PATTERN, "not a scope")])
 
 
 # --- output ----------------------------------------------------------------------------------

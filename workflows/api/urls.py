@@ -58,9 +58,18 @@ v1: list[URLPattern | URLResolver] = [
     re_path(r"^[\s\S]*$", views.not_found),  # [\s\S]: a path may hold a (decoded) newline
 ]
 
+# The contract's own schema settings, whatever the host's SPECTACULAR_SETTINGS say: request
+# and response components are split (``StartRunInputRequest``), so a request component states
+# what a request must be (``minLength: 1`` where blanks are refused, required members) and a
+# response component what an answer holds. Generated clients and schemathesis read this.
+SCHEMA_SETTINGS = {
+    "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "workflows.api.base.postprocess"],
+}
+
 urlpatterns = [
     path("v1/", include(v1)),
-    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("schema/", SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     re_path(r"^[\s\S]*$", views.not_found),  # any other path under /api/ (v2/, a typo)
 ]

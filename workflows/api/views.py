@@ -23,7 +23,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
@@ -33,7 +33,7 @@ from workflows import definitions, operations, queries
 from workflows.access import Capability
 from workflows.api import filters, pagination, parsers, permissions
 from workflows.api import serializers as s
-from workflows.api.base import BODY, PAGE, ApiView, errors, valid
+from workflows.api.base import BODY, BODY_REQUIRED, PAGE, ApiView, errors, query, valid
 from workflows.api.errors import PROBLEM_CONTENT_TYPE, problem
 from workflows.engine import bounds
 from workflows.exceptions import InstanceNotFound, InvalidPayload, TaskNotFound, Violation
@@ -54,11 +54,17 @@ RETRY_AFTER = OpenApiParameter(
 )
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
-    {"type": "string", "minLength": 1, "maxLength": 255},
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": bounds.KEY_MAX_CHARS,
+        "pattern": bounds.HEADER_KEY_PATTERN,
+    },
     OpenApiParameter.HEADER,
     description="a repeat with the same key and body answers the first recording; another body with the same "
     "key is refused with IDEMPOTENCY_CONFLICT. Keys are the caller's own: another user's same key is another "
     "key. 1 to 255 printable characters (a control character is 400 INVALID_PAYLOAD)",
+    examples=[OpenApiExample("a key", value="order-1001-start")],
 )
 AWAIT = OpenApiParameter(
     "await",
@@ -70,21 +76,28 @@ RUN_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, descri
 TASK_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="the task's id")
 SCOPE = OpenApiParameter(
     "scope",
-    {"type": "string", "pattern": "^[^/]+$"},
+    {**s.SCOPE_SCHEMA, "pattern": s.SCOPE_IN_PATH_PATTERN},
     OpenApiParameter.PATH,
     description="the definition scope, e.g. default",
 )
 DEFINITION_ID = OpenApiParameter(
-    "definition_id", {"type": "string", "pattern": "^[^/]+$"}, OpenApiParameter.PATH, description="the definition id"
+    "definition_id", s.DEFINITION_ID_SCHEMA, OpenApiParameter.PATH, description="the definition id"
 )
-VERSION = OpenApiParameter("version", OpenApiTypes.INT, OpenApiParameter.PATH, description="the version")
+VERSION = OpenApiParameter("version", s.VERSION_SCHEMA, OpenApiParameter.PATH, description="the version")
+# RFC 9110 §8.8.3: an entity tag, optionally weak; its opaque part is any of these characters
+_ENTITY_TAG = re.compile(r'\s*(W/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*')
+# the If-Match header if_match reads: "*", or entity tags separated by commas (a comma inside a
+# tag would split it, so the schema's tags hold none)
+_TAG = r'[ \t]*(W/)?"[\x21\x23-\x2b\x2d-\x7e]*"[ \t]*'
+IF_MATCH_PATTERN = rf"^([ \t]*\*[ \t]*|{_TAG}(,{_TAG})*)$"
 IF_MATCH = OpenApiParameter(
     "If-Match",
-    OpenApiTypes.STR,
+    {"type": "string", "pattern": IF_MATCH_PATTERN},
     OpenApiParameter.HEADER,
     description='the run\'s ETag as read (`"<state_version>"`, a list of them, or `*`): the write is made only '
     "while the run is at that state version (compared under the run's lock), otherwise 412 "
     "STATE_VERSION_MISMATCH and nothing is recorded; without it the write is unconditional",
+    examples=[OpenApiExample("the state version read", value='"3"')],
 )
 ETAG = OpenApiParameter(
     "ETag",
@@ -131,10 +144,6 @@ def idempotency_key(request: Request) -> str | None:
     key = request.headers.get("Idempotency-Key")
     bounds.check_key(key, "the Idempotency-Key header")
     return key
-
-
-# RFC 9110 §8.8.3: an entity tag, optionally weak; its opaque part is any of these characters
-_ENTITY_TAG = re.compile(r'\s*(W/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*')
 
 
 def run_etag(run: dict[str, Any]) -> str:
@@ -218,6 +227,17 @@ class RunsView(ApiView):
         tags=["runs"],
         summary="Start a run",
         request=s.StartRunInput,
+        examples=[
+            OpenApiExample(
+                "start",
+                request_only=True,
+                value={
+                    "definition_id": "purchase-approval",
+                    "business_key": "PO-1001",
+                    "payload": {"number": "PO-1001", "total": 1200},
+                },
+            )
+        ],
         parameters=[
             IDEMPOTENCY_KEY,
             AWAIT,
@@ -292,6 +312,7 @@ class RunSignalView(ApiView):
         tags=["runs"],
         summary="Send a signal to a run",
         request=s.SignalInput,
+        examples=[OpenApiExample("signal", request_only=True, value={"name": "paid", "payload": {"amount": 1200}})],
         parameters=[RUN_ID, IDEMPOTENCY_KEY, IF_MATCH, AWAIT, RETRY_AFTER],
         responses=recorded_responses(
             412,
@@ -327,6 +348,7 @@ class RunCancelView(ApiView):
         tags=["runs"],
         summary="Cancel a run (synchronously)",
         request=s.CancelInput,
+        examples=[OpenApiExample("cancel", request_only=True, value={"reason": "ordered twice"})],
         parameters=[RUN_ID, IF_MATCH, RETRY_AFTER],
         responses={
             200: OpenApiResponse(s.RunOut, description="the cancelled run"),
@@ -576,6 +598,9 @@ class TaskCompleteView(ApiView):
         tags=["tasks"],
         summary="Complete a task with a decision",
         request=s.CompleteTaskInput,
+        examples=[
+            OpenApiExample("approve", request_only=True, value={"decision": "approve", "payload": {"comment": "ok"}})
+        ],
         parameters=[TASK_ID, IDEMPOTENCY_KEY, AWAIT, RETRY_AFTER],
         responses=recorded_responses(
             e404="TASK_NOT_FOUND: no such task, or one the caller cannot act on",
@@ -608,11 +633,21 @@ class TaskReassignView(ApiView):
         operation_id="tasks_reassign",
         tags=["tasks"],
         summary="Reassign a task",
-        request=s.ReassignTaskInput,
+        request={"application/json": s.REASSIGN_SCHEMA},
+        extensions=BODY_REQUIRED,
         parameters=[TASK_ID, RETRY_AFTER],
         responses={
             200: OpenApiResponse(s.TaskOut, description="the task with its new assignment"),
-            **errors(*BODY, 404, 409, 503, e404="TASK_NOT_FOUND", e409="TASK_NOT_WAITING"),
+            **errors(
+                *BODY,
+                404,
+                409,
+                422,
+                503,
+                e404="TASK_NOT_FOUND",
+                e409="TASK_NOT_WAITING",
+                e422="ASSIGNEE_NOT_FOUND: no active user or existing group has that name",
+            ),
         },
     )
     def post(self, request: Request, id: str) -> Response:
@@ -649,8 +684,7 @@ class DefinitionsView(ApiView):
         responses={200: s.DefinitionOut(many=True), **errors(400, 404, e404="NOT_FOUND: invalid cursor")},
     )
     def get(self, request: Request) -> Response:
-        filters.refuse_unknown(request, s.DefinitionFilters().fields)
-        records = definitions.list(**valid(s.DefinitionFilters, request.query_params))
+        records = definitions.list(**query(request, s.DefinitionFilters))
         paginator = self.pagination_class()
         page = paginator.paginate_list(records, request)
         return paginator.get_paginated_response(s.DefinitionOut([definition_dict(r) for r in page], many=True).data)
@@ -662,7 +696,8 @@ class DefinitionsView(ApiView):
         description="JSON `{scope, format, text}`, or the YAML document itself as the body "
         "(`Content-Type: application/yaml`, scope in `?scope=`).",
         request={"application/json": s.LoadDefinitionInput, "application/yaml": OpenApiTypes.STR},
-        parameters=[OpenApiParameter("scope", OpenApiTypes.STR, description="with a YAML body: the scope")],
+        extensions=BODY_REQUIRED,
+        parameters=[OpenApiParameter("scope", s.SCOPE_SCHEMA, description="with a YAML body: the scope")],
         responses={
             201: s.DefinitionOut,
             **errors(
@@ -763,8 +798,7 @@ class ActivationsView(ApiView):
         responses={200: s.ActivationOut(many=True), **errors(400, 404, e404="NOT_FOUND: invalid cursor")},
     )
     def get(self, request: Request) -> Response:
-        filters.refuse_unknown(request, s.ActivationFilters().fields)
-        records = definitions.activations(scope=valid(s.ActivationFilters, request.query_params).get("scope"))
+        records = definitions.activations(scope=query(request, s.ActivationFilters).get("scope"))
         paginator = self.pagination_class()
         page = paginator.paginate_list(records, request)
         return paginator.get_paginated_response(s.ActivationOut([r.as_dict() for r in page], many=True).data)

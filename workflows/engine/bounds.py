@@ -121,6 +121,18 @@ def _unstorable(ch: str) -> bool:
     return code < 0x20 or 0x7F <= code < 0xA0 or ch in "\u2028\u2029" or 0xD800 <= code < 0xE000
 
 
+# What check_key admits, as the JSON Schema ``pattern`` of the API's keys (ECMA-262 and Python
+# alike, no look-around so that generators read it): not blank, no C0/DEL/C1 control
+# character, line separator or surrogate.
+_KEY_CHAR = r"[^\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]"
+# str.isspace() spelled out: a generator may read \\s as ASCII only (schemathesis does)
+UNICODE_SPACE = r"\x09-\x0d\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_KEY_VISIBLE = rf"[^\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff{UNICODE_SPACE}]"
+KEY_PATTERN = rf"^{_KEY_CHAR}*{_KEY_VISIBLE}{_KEY_CHAR}*$"
+# the same in a header, which carries printable ASCII (HTTP trims the spaces around it)
+HEADER_KEY_PATTERN = r"^[\x20-\x7e]*[\x21-\x7e][\x20-\x7e]*$"
+
+
 def check_key(value: str | None, what: str = "idempotency key", *, pointer: str = "") -> None:
     """An idempotency key (or a business key): 1 to 255 characters, not blank, and no control
     character, line separator or lone surrogate. PostgreSQL stores no NUL (a text column

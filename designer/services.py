@@ -8,7 +8,8 @@ touches the engine (an import-linter contract says so).
 - :func:`check` compiles a text and answers the plan or every problem with its line.
 - :func:`apply_step` writes a step from the step form back into the document. It replaces
   only the lines of the steps it changes (the rest of the document, comments included, is
-  left as written); comments inside a replaced step are not kept.
+  left as written); inside a replaced step ruamel.yaml's round trip keeps the step's comments,
+  quoting and layout, so only the lines of the values that changed differ.
 - :func:`deploy` mints the next version of the scope, loads, publishes and activates it, and
   says how many runs are parked on the revision it replaced (the view then opens the Migrate
   dialog on that pair). Each lifecycle call commits on its own: by the time the dialog opens
@@ -755,6 +756,141 @@ def _render_step(step: Mapping[str, Any], indent: str) -> list[str]:
     return [indent + line for line in body]
 
 
+# --- round-trip rendering of one step (ruamel.yaml) --------------------------------------------
+#
+# The step form knows a step as plain values. Written back with a plain dumper, the step's own
+# comments, key order, quoting and flow style were lost (issue #30). Instead the step's lines are
+# read with ruamel.yaml's round-trip loader, the new values are merged into what it read (a value
+# that did not change keeps its node, so its comment and quoting stay; a new key comes last), and
+# the result is dumped with the indentation the step was written in. The caller keeps the text only
+# when it reads back as the intended document.
+
+
+def _indentation(block: list[str], item: re.Match[str]) -> tuple[int, int, int]:
+    """(mapping, sequence, offset) for ruamel's ``indent()``, as this step's lines use them."""
+    gap = 1 + len(item.group(2))  # "- " -> 2: from a sequence's dash to its item's content
+    mapping, offset = 2, 0
+    found_mapping = found_sequence = False
+    for this, following in zip(block, block[1:], strict=False):
+        body = this.rstrip()
+        if not body.endswith(":") or body.lstrip().startswith("#"):
+            continue
+        key_column = len(this) - len(this.lstrip())
+        if body.lstrip().startswith("- "):
+            key_column += 1 + len(body.lstrip()[1:]) - len(body.lstrip()[1:].lstrip())
+        column = len(following) - len(following.lstrip())
+        if following.lstrip().startswith("-") and not found_sequence:
+            offset, found_sequence = max(0, column - key_column), True
+        elif following.strip() and not following.lstrip().startswith("#") and not found_mapping:
+            mapping, found_mapping = max(1, column - key_column), True
+    return mapping, offset + gap, offset
+
+
+def _round_trip_yaml(mapping: int, sequence: int, offset: int) -> Any:
+    from ruamel.yaml import YAML
+
+    yaml_rt = YAML(typ="rt")
+    yaml_rt.preserve_quotes = True
+    yaml_rt.width = 4096  # never fold a long line the author wrote on one
+    yaml_rt.indent(mapping=mapping, sequence=sequence, offset=offset)
+    return yaml_rt
+
+
+def _merge(old: Any, new: Any) -> Any:
+    """``new``'s values in ``old``'s nodes: unchanged values keep their node (comment, quotes)."""
+    if isinstance(old, dict) and isinstance(new, Mapping):
+        for key in [k for k in old if k not in new]:
+            del old[key]
+        for key, value in new.items():
+            if key in old:
+                merged = _merge(old[key], value)
+                if merged is not old[key]:
+                    old[key] = merged
+            else:
+                old[key] = _plain(value)
+        return old
+    if isinstance(old, list) and isinstance(new, list):
+        for index, value in enumerate(new):
+            if index < len(old):
+                merged = _merge(old[index], value)
+                if merged is not old[index]:
+                    old[index] = merged
+            else:
+                old.append(_plain(value))
+        del old[len(new) :]
+        return old
+    if type(new) is not bool and type(old) is not bool and isinstance(old, str | int | float) and old == new:
+        return old
+    if type(old) is bool and type(new) is bool and old == new:
+        return old
+    return _plain(new)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _render_step_in_place(block: list[str], step: Mapping[str, Any], indent: str) -> list[str] | None:
+    """The step's lines with ``step``'s values, written as the lines ``block`` were (None when
+    ruamel.yaml cannot read or write them: the caller falls back to a plain dump)."""
+    from io import StringIO
+
+    item = _ITEM.match(block[0]) if block else None
+    if item is None:
+        return None
+    bare = [line.rstrip("\r\n") for line in block]
+    mapping, sequence, offset = _indentation(bare, item)
+    # ruamel.yaml writes the root sequence at its offset and keeps comments at their columns:
+    # give it the lines at that offset so columns come back where the author put them
+    fed = [" " * offset + (line[len(indent) :] if line.startswith(indent) else line.lstrip()) for line in bare]
+    try:
+        yaml_rt = _round_trip_yaml(mapping, sequence, offset)
+        node = yaml_rt.load("".join(line + "\n" for line in fed))
+        if not isinstance(node, list) or len(node) != 1 or not isinstance(node[0], dict):
+            return None
+        node[0] = _merge(node[0], step)
+        out = StringIO()
+        yaml_rt.dump(node, out)
+    except Exception:  # noqa: BLE001  (any failure of the round trip: the plain dump still works)
+        return None
+    rendered = [indent + line[offset:] if line.strip() else "" for line in out.getvalue().splitlines()]
+    return _keep_spacing(bare, rendered)
+
+
+def _keep_spacing(before: list[str], after: list[str]) -> list[str]:
+    """``after`` with each line that differs from its counterpart in ``before`` only in blanks
+    (ruamel.yaml normalises the spaces of flow collections) put back as it was written. The
+    caller's read-back check catches a change that was only in blanks."""
+    result = list(after)
+    matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+    for tag, a1, a2, b1, b2 in matcher.get_opcodes():
+        if tag == "replace" and a2 - a1 == b2 - b1:
+            for old, index in zip(before[a1:a2], range(b1, b2), strict=True):
+                if old.split() == after[index].split():
+                    result[index] = old
+    return result
+
+
+def _appended_step(steps_lines: list[str], step: Mapping[str, Any], indent: str) -> list[str] | None:
+    """A new step written in the indentation of the document's steps (None: plain dump)."""
+    from io import StringIO
+
+    item = _ITEM.match(steps_lines[0]) if steps_lines else None
+    if item is None:
+        return None
+    mapping, sequence, offset = _indentation([line.rstrip("\r\n") for line in steps_lines], item)
+    try:
+        out = StringIO()
+        _round_trip_yaml(mapping, sequence, offset).dump([_plain(step)], out)
+    except Exception:  # noqa: BLE001  (any failure of the round trip: the plain dump still works)
+        return None
+    return [indent + line[offset:] if line.strip() else "" for line in out.getvalue().splitlines()]
+
+
 def apply_step(
     text: str,
     step: Mapping[str, Any],
@@ -823,19 +959,50 @@ def apply_step(
     first = _ITEM.match(lines[document.lines["/steps/0"] - 1])
     assert first is not None
     indent = first.group(1)
+    expected = {**data, "steps": [changes.get(i, s) for i, s in enumerate(steps)]}
+    if len(steps) in changes:
+        expected["steps"].append(changes[len(steps)])
+    edited = _splice_steps(document, lines, steps, changes, indent, newline, in_place=True)
+    try:
+        if parse(edited, "yaml").data == expected:
+            return edited, False
+    except DefinitionError:
+        pass
+    # the round trip wrote something that reads otherwise (a value ruamel.yaml and the strict
+    # reader take differently): the step's lines as a plain dump, which reads back exactly
+    return _splice_steps(document, lines, steps, changes, indent, newline, in_place=False), False
+
+
+def _splice_steps(
+    document: Document,
+    original: list[str],
+    steps: list[Any],
+    changes: Mapping[int, Mapping[str, Any]],
+    indent: str,
+    newline: str,
+    *,
+    in_place: bool,
+) -> str:
+    """The text with the changed steps' lines replaced (and a new step appended); every other
+    line stays as written."""
+    lines = list(original)
     # replace from the bottom up so earlier line numbers stay valid
     for index in sorted(changes, reverse=True):
-        rendered = [line + newline for line in _render_step(changes[index], indent)]
         if index == len(steps):
-            _, end = _step_block(document, lines, len(steps) - 1, len(steps))
+            start, end = _step_block(document, lines, len(steps) - 1, len(steps))
+            every_step = lines[document.lines["/steps/0"] - 1 : end]
+            body = _appended_step(every_step, changes[index], indent) if in_place else None
+            rendered = [line + newline for line in body or _render_step(changes[index], indent)]
             blank = [newline] if any(not ln.strip() for ln in lines[document.lines["/steps/0"] - 1 : end]) else []
             if end and not lines[end - 1].endswith(("\n", "\r")):
                 lines[end - 1] += newline
             lines[end:end] = blank + rendered
         else:
             start, end = _step_block(document, lines, index, len(steps))
+            body = _render_step_in_place(lines[start:end], changes[index], indent) if in_place else None
+            rendered = [line + newline for line in body or _render_step(changes[index], indent)]
             lines[start:end] = rendered
-    return "".join(lines), False
+    return "".join(lines)
 
 
 def _deep_copy(value: Any) -> Any:

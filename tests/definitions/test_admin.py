@@ -53,3 +53,18 @@ def test_removing_activation_records(admin_client):
     definitions.activate(scope="default", definition_id="simple", version=1)
     act(admin_client, "follow_default", model="activation", ids=list(Activation.objects.values_list("pk", flat=True)))
     assert not Activation.objects.exists()
+
+
+def test_a_revision_shows_its_document_with_its_indentation(admin_client):
+    """The admin's plain display of a text field joined the lines with <br> and collapsed the
+    indentation a YAML document depends on: the stored text is shown as written, escaped."""
+    text = "# <the> stored comment\n" + simple()
+    definitions.load(scope="default", text=text)
+    row = DefinitionVersion.objects.get()
+    page = admin_client.get(reverse("admin:workflows_definitionversion_change", args=[row.pk])).content.decode()
+    start = page.index('<pre class="definition-document"')
+    shown = page[page.index(">", start) + 1 : page.index("</pre>", start)]
+    assert shown == text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;").replace(
+        "'", "&#x27;"
+    )
+    assert "\n    " in shown and "<br>" not in shown

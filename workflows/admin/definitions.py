@@ -13,6 +13,9 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
 
 from workflows import access, definitions
 from workflows.access import Capability
@@ -45,7 +48,17 @@ class DefinitionVersionAdmin(admin.ModelAdmin):
     search_fields = ("definition_id", "contract")
     ordering = ("definition_id", "scope", "-version")
     actions = ["publish", "activate", "deprecate", "retire", "reinstate"]
-    readonly_fields = [f.name for f in DefinitionVersion._meta.fields]
+    # the stored document as written: the admin's plain display of a text field joins its lines
+    # with <br> and collapses the indentation YAML depends on
+    readonly_fields = [("document" if f.name == "text" else f.name) for f in DefinitionVersion._meta.fields]
+
+    @admin.display(description=_("document"))
+    def document(self, obj: DefinitionVersion) -> SafeString:
+        return format_html(
+            '<pre class="definition-document" style="white-space: pre; overflow: auto; max-height: 40rem; '
+            'max-width: 100%; margin: 0; font-family: ui-monospace, monospace;">{}</pre>',
+            obj.text,
+        )
 
     @admin.display(description="plan hash")
     def short_hash(self, obj: DefinitionVersion) -> str:

@@ -112,6 +112,8 @@ def _editor(
         "can_deploy": _can_deploy(request),
         "step_types": STEP_TYPES,
         "deploy_error": deploy_error,
+        # drawn from a post (a refused deploy, "Check now"): the text is not stored anywhere yet
+        "unsaved": request.method == "POST",
         **_check_context(result, scope),
         "outline": services.outline(text),
     }

@@ -21,6 +21,7 @@ touches the engine (an import-linter contract says so).
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -771,7 +772,7 @@ def _indentation(block: list[str], item: re.Match[str]) -> tuple[int, int, int]:
     gap = 1 + len(item.group(2))  # "- " -> 2: from a sequence's dash to its item's content
     mapping, offset = 2, 0
     found_mapping = found_sequence = False
-    for this, following in zip(block, block[1:], strict=False):
+    for this, following in itertools.pairwise(block):
         body = this.rstrip()
         if not body.endswith(":") or body.lstrip().startswith("#"):
             continue

@@ -18,8 +18,7 @@ def render(value: object, arg: str = "") -> str:
 def test_a_time_renders_as_a_time_element_with_its_iso_time() -> None:
     moment = datetime(2031, 7, 14, 15, 30, 5, tzinfo=UTC)
     assert render(moment) == (
-        '<time datetime="2031-07-14T15:30:05+00:00" '
-        'title="2031-07-14T15:30:05+00:00">2031-07-14 15:30 +0000</time>'
+        '<time datetime="2031-07-14T15:30:05+00:00" title="2031-07-14T15:30:05+00:00">2031-07-14 15:30 +0000</time>'
     )
     assert ">2031-07-14 15:30:05 +0000</time>" in render(moment, "seconds")
 

@@ -108,8 +108,8 @@ def test_only_the_requesters_link_of_the_page_shown_is_current() -> None:
     """Both links live in the requesters' namespace, and both were marked current on any of
     its pages (issue #30): New request is current on the list and the start forms, My requests
     on the list of requests and a request's page."""
-    from tests.views.test_tasks_pages import deploy
     from tests.engine import documents
+    from tests.views.test_tasks_pages import deploy
     from workflows import operations
 
     account = user("requester", "workflows.add_run")

@@ -313,4 +313,3 @@ def test_an_owner_field_the_model_does_not_have_is_refused_at_its_pointer() -> N
     with pytest.raises(DefinitionError) as refused:
         deploy(OWNED.replace("ownerField: requester", "ownerField: nobody"))
     assert [(v.pointer, v.type) for v in refused.value.violations] == [("/trigger/ownerField", "unknownField")]
-

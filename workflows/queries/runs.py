@@ -347,7 +347,7 @@ def runs_started_by(user: Any) -> QuerySet[Run]:
 
 
 def requests_of(user: Any) -> QuerySet[Run]:
-    """"My requests": the runs this user started (:func:`runs_started_by`) and the runs about
+    """The runs of "My requests": the runs this user started (:func:`runs_started_by`) and the runs about
     records they own, newest first.
 
     A record is owned through the ``ownerField`` of a record trigger (docs/triggers.md) among

@@ -33,6 +33,8 @@ from urllib.parse import urlencode
 import yaml
 from django.db import connection
 from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from workflows import conf, definitions, queries
 from workflows.definitions import expressions
@@ -154,7 +156,9 @@ def check(text: str) -> Check:
 LIVE_CHECK_SECONDS = 2.0
 LIVE_MAX_PROBLEMS = 50
 MAX_GRAPH_STEPS = 150
-TOO_SLOW = "the document took longer than {seconds:g} s to check here; deploy or validate it to check it whole"
+TOO_SLOW = gettext_lazy(
+    "the document took longer than {seconds:g} s to check here; deploy or validate it to check it whole"
+)
 
 
 def live_check(text: str) -> Check:
@@ -171,7 +175,8 @@ def live_check(text: str) -> Check:
     except expressions.CompileTimeExceeded:
         deadline.expired = True
     if deadline.expired or found is None:
-        return Check(plan=None, problems=[Problem("", "timeout", TOO_SLOW.format(seconds=LIVE_CHECK_SECONDS), None)])
+        too_slow = str(TOO_SLOW).format(seconds=LIVE_CHECK_SECONDS)
+        return Check(plan=None, problems=[Problem("", "timeout", too_slow, None)])
     if len(found.problems) > LIVE_MAX_PROBLEMS:
         more = len(found.problems) - LIVE_MAX_PROBLEMS
         found.problems = [
@@ -341,7 +346,7 @@ def _json_values(body: str, key: str) -> Iterable[tuple[int, int]]:
     """Spans of the value after each ``"key" :`` on the line (a number, a string, a literal)."""
     quoted = f'"{key}"'
     position = 0
-    for _ in range(MAX_VERSION_EDITS):
+    for _attempt in range(MAX_VERSION_EDITS):
         found = body.find(quoted, position)
         if found < 0:
             return
@@ -646,8 +651,8 @@ def compare(left_text: str, right_text: str, *, left_title: str, right_title: st
         changed=changed,
         left_svg=graph_svg(left.plan, marks=left_marks, title=left_title) if left.plan else None,
         right_svg=graph_svg(right.plan, marks=right_marks, title=right_title) if right.plan else None,
-        left_problem=None if left.plan else "this revision no longer compiles here",
-        right_problem=None if right.plan else "this revision no longer compiles here",
+        left_problem=None if left.plan else _("this revision no longer compiles here"),
+        right_problem=None if right.plan else _("this revision no longer compiles here"),
     )
 
 
@@ -661,11 +666,11 @@ class EditRefused(Exception):
 # The exits "connect from" can take over (``StepType.exits``), and how the form names them;
 # a fork's branches and join and a service's compensation are not offered.
 _SLOT_WORDS = {
-    "next": "next",
-    "default": "default",
-    "due": "when due",
-    "timeout": "on timeout",
-    "failure": "on failure",
+    "next": gettext_lazy("next"),
+    "default": gettext_lazy("default"),
+    "due": gettext_lazy("when due"),
+    "timeout": gettext_lazy("on timeout"),
+    "failure": gettext_lazy("on failure"),
 }
 
 
@@ -676,13 +681,13 @@ def outgoing_slots(step: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     for edge in exits(step):
         slot = edge.pointer[1:]
         if edge.kind == "route":
-            words = f"route {int(slot.split('/')[1]) + 1}"
+            words = _("route %(number)d") % {"number": int(slot.split("/")[1]) + 1}
         elif edge.kind == "decision":
             index = int(slot.split("/")[1])
             name = step["decisions"][index].get("name")
-            words = f"decision {name if isinstance(name, str) else index + 1}"
+            words = _("decision %(name)s") % {"name": name if isinstance(name, str) else index + 1}
         elif edge.kind in _SLOT_WORDS:
-            words = _SLOT_WORDS[edge.kind]
+            words = str(_SLOT_WORDS[edge.kind])
         else:
             continue
         slots.append((slot, f"{sid} → {words}", edge.target))
@@ -909,32 +914,32 @@ def apply_step(
     try:
         document = parse(text, "yaml")
     except DefinitionError:
-        raise EditRefused("fix the document so it reads as YAML first; the form edits a readable document") from None
+        raise EditRefused(_("fix the document so it reads as YAML first; the form edits a readable document")) from None
     data = document.data
     if not isinstance(data, dict):
-        raise EditRefused("the document is not a mapping of fields")
+        raise EditRefused(_("the document is not a mapping of fields"))
     steps = data.get("steps")
     if steps is None:
         steps = []
     if not isinstance(steps, list):
-        raise EditRefused("the document's steps are not a list")
+        raise EditRefused(_("the document's steps are not a list"))
     new_id = step.get("id")
     index_of = {s.get("id"): i for i, s in enumerate(steps) if isinstance(s, dict)}
     if replace is not None and replace not in index_of:
-        raise EditRefused("the step to edit is no longer in the document")
+        raise EditRefused(_("the step to edit is no longer in the document"))
     if new_id in index_of and new_id != replace:
-        raise EditRefused("another step already has this id")
+        raise EditRefused(_("another step already has this id"))
 
     changes: dict[int, dict[str, Any]] = {}  # index -> new step; len(steps) = append
     target_index = index_of[replace] if replace is not None else len(steps)
     changes[target_index] = dict(step)
     if connect_from:
-        source_id, _, slot = connect_from.partition("|")
+        source_id, _bar, slot = connect_from.partition("|")
         if source_id not in index_of:
-            raise EditRefused("the step to connect from is no longer in the document")
+            raise EditRefused(_("the step to connect from is no longer in the document"))
         source = steps[index_of[source_id]]
         if slot not in {s for s, _label, _target in outgoing_slots(source)}:
-            raise EditRefused("the step to connect from has no such exit")
+            raise EditRefused(_("the step to connect from has no such exit"))
         source_index = index_of[source_id]
         updated = changes.get(source_index, _deep_copy(source))
         _set_slot(updated, slot, str(new_id))

@@ -68,3 +68,4 @@ def test_a_revision_shows_its_document_with_its_indentation(admin_client):
         "'", "&#x27;"
     )
     assert "\n    " in shown and "<br>" not in shown
+    assert 'name="text"' not in page  # read-only: no form field carries the document

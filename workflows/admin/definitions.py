@@ -51,6 +51,7 @@ class DefinitionVersionAdmin(admin.ModelAdmin):
     # the stored document as written: the admin's plain display of a text field joins its lines
     # with <br> and collapses the indentation YAML depends on
     readonly_fields = [("document" if f.name == "text" else f.name) for f in DefinitionVersion._meta.fields]
+    exclude = ("text",)  # shown read-only as "document"; never an editable form field
 
     @admin.display(description=_("document"))
     def document(self, obj: DefinitionVersion) -> SafeString:

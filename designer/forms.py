@@ -17,6 +17,7 @@ from typing import Any
 
 from django import forms
 from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
 
 from designer import services
 from workflows import jsonvalues
@@ -87,17 +88,17 @@ class StepForm(forms.Form):
     """A step of one type. ``step_ids`` feed the step pickers; ``slots`` the "connect from"
     choices (see ``services.outgoing_slots``); ``original`` is the step being edited."""
 
-    step_type = forms.ChoiceField(choices=STEP_TYPES, label="Type")
+    step_type = forms.ChoiceField(choices=STEP_TYPES, label=_("Type"))
     step_id = forms.CharField(
-        label="Step id",
+        label=_("Step id"),
         max_length=255,
-        help_text="Letters, digits and _ . $ - ; unique in the document.",
+        help_text=_("Letters, digits and _ . $ - ; unique in the document."),
     )
     original_id = forms.CharField(required=False, widget=forms.HiddenInput)
     connect_from = forms.ChoiceField(
         required=False,
-        label="Connect from",
-        help_text="Optional: an exit of an existing step that should lead to this step.",
+        label=_("Connect from"),
+        help_text=_("Optional: an exit of an existing step that should lead to this step."),
     )
 
     def __init__(
@@ -116,7 +117,7 @@ class StepForm(forms.Form):
         self.fields["step_type"].initial = self.type
         connect = self.fields["connect_from"]
         assert isinstance(connect, forms.ChoiceField)
-        connect.choices = [("", "— not connected —")] + [(k, label) for k, label, _t in slots]
+        connect.choices = [("", _("— not connected —"))] + [(k, label) for k, label, _t in slots]
         self.slots = {k: target for k, _label, target in slots}
         cel_url = reverse("designer:cel")
         self.specs = TYPE_FIELDS[self.type]
@@ -216,14 +217,14 @@ class StepForm(forms.Form):
 
     @property
     def row_title(self) -> str:
-        return {"decisions": "Decisions", "routes": "Routes"}.get(self.row_key, "")
+        return str({"decisions": _("Decisions"), "routes": _("Routes")}.get(self.row_key, ""))
 
     # --- validation -------------------------------------------------------------------------
 
     def clean_step_id(self) -> str:
         value = str(self.cleaned_data.get("step_id", "")).strip()
         if not services.STEP_ID.match(value):
-            raise forms.ValidationError("Use 1-255 letters, digits, '_', '.', '$' or '-'.")
+            raise forms.ValidationError(_("Use 1-255 letters, digits, '_', '.', '$' or '-'."))
         return value
 
     def _check_cel(self, name: str, spec: FormField, value: str) -> None:
@@ -246,11 +247,11 @@ class StepForm(forms.Form):
         for spec in self.specs:
             value = data.get(spec.name)
             if spec.kind == "duration" and value and not services.is_duration(str(value)):
-                self.add_error(spec.name, "Give an ISO-8601 duration such as PT15M, PT2H or P3D.")
+                self.add_error(spec.name, _("Give an ISO-8601 duration such as PT15M, PT2H or P3D."))
             if spec.kind in ("step", "steps") and value:
                 for ref in [v.strip() for v in str(value).split(",")] if spec.kind == "steps" else [str(value).strip()]:
                     if not services.STEP_ID.match(ref):
-                        self.add_error(spec.name, "Name a step id: letters, digits, '_', '.', '$' or '-'.")
+                        self.add_error(spec.name, _("Name a step id: letters, digits, '_', '.', '$' or '-'."))
                         break
             if isinstance(value, str):
                 self._check_cel(spec.name, spec, value)
@@ -264,35 +265,35 @@ class StepForm(forms.Form):
                 if spec.kind == "cel":
                     self._check_cel(name, spec, value)
                 elif spec.kind == "step" and value and not services.STEP_ID.match(value.strip()):
-                    self.add_error(name, "Name a step id.")
+                    self.add_error(name, _("Name a step id."))
             first = self.row_specs[0]
             if self.row_key == "decisions":
                 if not row["name"].strip():
-                    self.add_error(f"decisions_{i}_name", "A decision needs a name.")
+                    self.add_error(f"decisions_{i}_name", _("A decision needs a name."))
                 if not row["next"].strip():
-                    self.add_error(f"decisions_{i}_next", "A decision needs a next step.")
+                    self.add_error(f"decisions_{i}_next", _("A decision needs a next step."))
             elif not row[first.key].strip() or not row["to"].strip():
                 self.add_error(
                     f"routes_{i}_{first.key}" if not row[first.key].strip() else f"routes_{i}_to",
-                    "A route needs a condition and a step to go to.",
+                    _("A route needs a condition and a step to go to."),
                 )
         if (
             any(spec is NEXT_FIELD for spec in self.specs)
             and not data.get(NEXT_FIELD.name)
             and not data.get("connect_from")
         ):
-            self.add_error(NEXT_FIELD.name, "Name the step that follows.")
+            self.add_error(NEXT_FIELD.name, _("Name the step that follows."))
         if self.type == "human-task" and not self._row_values():
-            self.add_error(None, "A human task needs at least one decision.")
+            self.add_error(None, _("A human task needs at least one decision."))
         fire_at = _get(self.original or {}, "fireAt")
         if self.type == "timer" and not (data.get("f_after") or data.get("f_at") or fire_at):
-            self.add_error("f_after", "Give how long to wait, or until when.")
+            self.add_error("f_after", _("Give how long to wait, or until when."))
         if self.type == "timer" and data.get("f_after") and data.get("f_at"):
-            self.add_error("f_at", "Give either 'Wait for' or 'Until', not both.")
+            self.add_error("f_at", _("Give either 'Wait for' or 'Until', not both."))
         for delay, leads_to in (("timeout/after", "timeout/next"), ("due/after", "due/next")):
             a, b = "f_" + delay.replace("/", "__"), "f_" + leads_to.replace("/", "__")
             if a in self.fields and bool(data.get(a)) != bool(data.get(b)):
-                self.add_error(b if data.get(a) else a, "Give both the delay and where it leads, or neither.")
+                self.add_error(b if data.get(a) else a, _("Give both the delay and where it leads, or neither."))
         return data
 
     def _row_values(self) -> list[dict[str, str]]:
@@ -369,5 +370,5 @@ class DocumentForm(forms.Form):
     def clean_scope(self) -> str:
         value = str(self.cleaned_data.get("scope", "")).strip()
         if not value or any(ord(ch) < 32 or ch == "/" for ch in value):
-            raise forms.ValidationError("A scope is non-blank text without '/' or control characters.")
+            raise forms.ValidationError(_("A scope is non-blank text without '/' or control characters."))
         return value

@@ -8,7 +8,8 @@ touches the engine (an import-linter contract says so).
 - :func:`check` compiles a text and answers the plan or every problem with its line.
 - :func:`apply_step` writes a step from the step form back into the document. It replaces
   only the lines of the steps it changes (the rest of the document, comments included, is
-  left as written); comments inside a replaced step are not kept.
+  left as written); inside a replaced step ruamel.yaml's round trip keeps the step's comments,
+  quoting and layout, so only the lines of the values that changed differ.
 - :func:`deploy` mints the next version of the scope, loads, publishes and activates it, and
   says how many runs are parked on the revision it replaced (the view then opens the Migrate
   dialog on that pair). Each lifecycle call commits on its own: by the time the dialog opens
@@ -20,6 +21,7 @@ touches the engine (an import-linter contract says so).
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +33,8 @@ from urllib.parse import urlencode
 import yaml
 from django.db import connection
 from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from workflows import conf, definitions, queries
 from workflows.definitions import expressions
@@ -152,7 +156,9 @@ def check(text: str) -> Check:
 LIVE_CHECK_SECONDS = 2.0
 LIVE_MAX_PROBLEMS = 50
 MAX_GRAPH_STEPS = 150
-TOO_SLOW = "the document took longer than {seconds:g} s to check here; deploy or validate it to check it whole"
+TOO_SLOW = gettext_lazy(
+    "the document took longer than {seconds:g} s to check here; deploy or validate it to check it whole"
+)
 
 
 def live_check(text: str) -> Check:
@@ -169,7 +175,8 @@ def live_check(text: str) -> Check:
     except expressions.CompileTimeExceeded:
         deadline.expired = True
     if deadline.expired or found is None:
-        return Check(plan=None, problems=[Problem("", "timeout", TOO_SLOW.format(seconds=LIVE_CHECK_SECONDS), None)])
+        too_slow = str(TOO_SLOW).format(seconds=LIVE_CHECK_SECONDS)
+        return Check(plan=None, problems=[Problem("", "timeout", too_slow, None)])
     if len(found.problems) > LIVE_MAX_PROBLEMS:
         more = len(found.problems) - LIVE_MAX_PROBLEMS
         found.problems = [
@@ -339,7 +346,7 @@ def _json_values(body: str, key: str) -> Iterable[tuple[int, int]]:
     """Spans of the value after each ``"key" :`` on the line (a number, a string, a literal)."""
     quoted = f'"{key}"'
     position = 0
-    for _ in range(MAX_VERSION_EDITS):
+    for _attempt in range(MAX_VERSION_EDITS):
         found = body.find(quoted, position)
         if found < 0:
             return
@@ -644,8 +651,8 @@ def compare(left_text: str, right_text: str, *, left_title: str, right_title: st
         changed=changed,
         left_svg=graph_svg(left.plan, marks=left_marks, title=left_title) if left.plan else None,
         right_svg=graph_svg(right.plan, marks=right_marks, title=right_title) if right.plan else None,
-        left_problem=None if left.plan else "this revision no longer compiles here",
-        right_problem=None if right.plan else "this revision no longer compiles here",
+        left_problem=None if left.plan else _("this revision no longer compiles here"),
+        right_problem=None if right.plan else _("this revision no longer compiles here"),
     )
 
 
@@ -659,11 +666,11 @@ class EditRefused(Exception):
 # The exits "connect from" can take over (``StepType.exits``), and how the form names them;
 # a fork's branches and join and a service's compensation are not offered.
 _SLOT_WORDS = {
-    "next": "next",
-    "default": "default",
-    "due": "when due",
-    "timeout": "on timeout",
-    "failure": "on failure",
+    "next": gettext_lazy("next"),
+    "default": gettext_lazy("default"),
+    "due": gettext_lazy("when due"),
+    "timeout": gettext_lazy("on timeout"),
+    "failure": gettext_lazy("on failure"),
 }
 
 
@@ -674,13 +681,13 @@ def outgoing_slots(step: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     for edge in exits(step):
         slot = edge.pointer[1:]
         if edge.kind == "route":
-            words = f"route {int(slot.split('/')[1]) + 1}"
+            words = _("route %(number)d") % {"number": int(slot.split("/")[1]) + 1}
         elif edge.kind == "decision":
             index = int(slot.split("/")[1])
             name = step["decisions"][index].get("name")
-            words = f"decision {name if isinstance(name, str) else index + 1}"
+            words = _("decision %(name)s") % {"name": name if isinstance(name, str) else index + 1}
         elif edge.kind in _SLOT_WORDS:
-            words = _SLOT_WORDS[edge.kind]
+            words = str(_SLOT_WORDS[edge.kind])
         else:
             continue
         slots.append((slot, f"{sid} → {words}", edge.target))
@@ -755,6 +762,141 @@ def _render_step(step: Mapping[str, Any], indent: str) -> list[str]:
     return [indent + line for line in body]
 
 
+# --- round-trip rendering of one step (ruamel.yaml) --------------------------------------------
+#
+# The step form knows a step as plain values. Written back with a plain dumper, the step's own
+# comments, key order, quoting and flow style were lost (issue #30). Instead the step's lines are
+# read with ruamel.yaml's round-trip loader, the new values are merged into what it read (a value
+# that did not change keeps its node, so its comment and quoting stay; a new key comes last), and
+# the result is dumped with the indentation the step was written in. The caller keeps the text only
+# when it reads back as the intended document.
+
+
+def _indentation(block: list[str], item: re.Match[str]) -> tuple[int, int, int]:
+    """(mapping, sequence, offset) for ruamel's ``indent()``, as this step's lines use them."""
+    gap = 1 + len(item.group(2))  # "- " -> 2: from a sequence's dash to its item's content
+    mapping, offset = 2, 0
+    found_mapping = found_sequence = False
+    for this, following in itertools.pairwise(block):
+        body = this.rstrip()
+        if not body.endswith(":") or body.lstrip().startswith("#"):
+            continue
+        key_column = len(this) - len(this.lstrip())
+        if body.lstrip().startswith("- "):
+            key_column += 1 + len(body.lstrip()[1:]) - len(body.lstrip()[1:].lstrip())
+        column = len(following) - len(following.lstrip())
+        if following.lstrip().startswith("-") and not found_sequence:
+            offset, found_sequence = max(0, column - key_column), True
+        elif following.strip() and not following.lstrip().startswith("#") and not found_mapping:
+            mapping, found_mapping = max(1, column - key_column), True
+    return mapping, offset + gap, offset
+
+
+def _round_trip_yaml(mapping: int, sequence: int, offset: int) -> Any:
+    from ruamel.yaml import YAML
+
+    yaml_rt = YAML(typ="rt")
+    yaml_rt.preserve_quotes = True
+    yaml_rt.width = 4096  # never fold a long line the author wrote on one
+    yaml_rt.indent(mapping=mapping, sequence=sequence, offset=offset)
+    return yaml_rt
+
+
+def _merge(old: Any, new: Any) -> Any:
+    """``new``'s values in ``old``'s nodes: unchanged values keep their node (comment, quotes)."""
+    if isinstance(old, dict) and isinstance(new, Mapping):
+        for key in [k for k in old if k not in new]:
+            del old[key]
+        for key, value in new.items():
+            if key in old:
+                merged = _merge(old[key], value)
+                if merged is not old[key]:
+                    old[key] = merged
+            else:
+                old[key] = _plain(value)
+        return old
+    if isinstance(old, list) and isinstance(new, list):
+        for index, value in enumerate(new):
+            if index < len(old):
+                merged = _merge(old[index], value)
+                if merged is not old[index]:
+                    old[index] = merged
+            else:
+                old.append(_plain(value))
+        del old[len(new) :]
+        return old
+    if type(new) is not bool and type(old) is not bool and isinstance(old, str | int | float) and old == new:
+        return old
+    if type(old) is bool and type(new) is bool and old == new:
+        return old
+    return _plain(new)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _render_step_in_place(block: list[str], step: Mapping[str, Any], indent: str) -> list[str] | None:
+    """The step's lines with ``step``'s values, written as the lines ``block`` were (None when
+    ruamel.yaml cannot read or write them: the caller falls back to a plain dump)."""
+    from io import StringIO
+
+    item = _ITEM.match(block[0]) if block else None
+    if item is None:
+        return None
+    bare = [line.rstrip("\r\n") for line in block]
+    mapping, sequence, offset = _indentation(bare, item)
+    # ruamel.yaml writes the root sequence at its offset and keeps comments at their columns:
+    # give it the lines at that offset so columns come back where the author put them
+    fed = [" " * offset + (line[len(indent) :] if line.startswith(indent) else line.lstrip()) for line in bare]
+    try:
+        yaml_rt = _round_trip_yaml(mapping, sequence, offset)
+        node = yaml_rt.load("".join(line + "\n" for line in fed))
+        if not isinstance(node, list) or len(node) != 1 or not isinstance(node[0], dict):
+            return None
+        node[0] = _merge(node[0], step)
+        out = StringIO()
+        yaml_rt.dump(node, out)
+    except Exception:  # noqa: BLE001  (any failure of the round trip: the plain dump still works)
+        return None
+    rendered = [indent + line[offset:] if line.strip() else "" for line in out.getvalue().splitlines()]
+    return _keep_spacing(bare, rendered)
+
+
+def _keep_spacing(before: list[str], after: list[str]) -> list[str]:
+    """``after`` with each line that differs from its counterpart in ``before`` only in blanks
+    (ruamel.yaml normalises the spaces of flow collections) put back as it was written. The
+    caller's read-back check catches a change that was only in blanks."""
+    result = list(after)
+    matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+    for tag, a1, a2, b1, b2 in matcher.get_opcodes():
+        if tag == "replace" and a2 - a1 == b2 - b1:
+            for old, index in zip(before[a1:a2], range(b1, b2), strict=True):
+                if old.split() == after[index].split():
+                    result[index] = old
+    return result
+
+
+def _appended_step(steps_lines: list[str], step: Mapping[str, Any], indent: str) -> list[str] | None:
+    """A new step written in the indentation of the document's steps (None: plain dump)."""
+    from io import StringIO
+
+    item = _ITEM.match(steps_lines[0]) if steps_lines else None
+    if item is None:
+        return None
+    mapping, sequence, offset = _indentation([line.rstrip("\r\n") for line in steps_lines], item)
+    try:
+        out = StringIO()
+        _round_trip_yaml(mapping, sequence, offset).dump([_plain(step)], out)
+    except Exception:  # noqa: BLE001  (any failure of the round trip: the plain dump still works)
+        return None
+    return [indent + line[offset:] if line.strip() else "" for line in out.getvalue().splitlines()]
+
+
 def apply_step(
     text: str,
     step: Mapping[str, Any],
@@ -772,32 +914,32 @@ def apply_step(
     try:
         document = parse(text, "yaml")
     except DefinitionError:
-        raise EditRefused("fix the document so it reads as YAML first; the form edits a readable document") from None
+        raise EditRefused(_("fix the document so it reads as YAML first; the form edits a readable document")) from None
     data = document.data
     if not isinstance(data, dict):
-        raise EditRefused("the document is not a mapping of fields")
+        raise EditRefused(_("the document is not a mapping of fields"))
     steps = data.get("steps")
     if steps is None:
         steps = []
     if not isinstance(steps, list):
-        raise EditRefused("the document's steps are not a list")
+        raise EditRefused(_("the document's steps are not a list"))
     new_id = step.get("id")
     index_of = {s.get("id"): i for i, s in enumerate(steps) if isinstance(s, dict)}
     if replace is not None and replace not in index_of:
-        raise EditRefused("the step to edit is no longer in the document")
+        raise EditRefused(_("the step to edit is no longer in the document"))
     if new_id in index_of and new_id != replace:
-        raise EditRefused("another step already has this id")
+        raise EditRefused(_("another step already has this id"))
 
     changes: dict[int, dict[str, Any]] = {}  # index -> new step; len(steps) = append
     target_index = index_of[replace] if replace is not None else len(steps)
     changes[target_index] = dict(step)
     if connect_from:
-        source_id, _, slot = connect_from.partition("|")
+        source_id, _bar, slot = connect_from.partition("|")
         if source_id not in index_of:
-            raise EditRefused("the step to connect from is no longer in the document")
+            raise EditRefused(_("the step to connect from is no longer in the document"))
         source = steps[index_of[source_id]]
         if slot not in {s for s, _label, _target in outgoing_slots(source)}:
-            raise EditRefused("the step to connect from has no such exit")
+            raise EditRefused(_("the step to connect from has no such exit"))
         source_index = index_of[source_id]
         updated = changes.get(source_index, _deep_copy(source))
         _set_slot(updated, slot, str(new_id))
@@ -823,19 +965,50 @@ def apply_step(
     first = _ITEM.match(lines[document.lines["/steps/0"] - 1])
     assert first is not None
     indent = first.group(1)
+    expected = {**data, "steps": [changes.get(i, s) for i, s in enumerate(steps)]}
+    if len(steps) in changes:
+        expected["steps"].append(changes[len(steps)])
+    edited = _splice_steps(document, lines, steps, changes, indent, newline, in_place=True)
+    try:
+        if parse(edited, "yaml").data == expected:
+            return edited, False
+    except DefinitionError:
+        pass
+    # the round trip wrote something that reads otherwise (a value ruamel.yaml and the strict
+    # reader take differently): the step's lines as a plain dump, which reads back exactly
+    return _splice_steps(document, lines, steps, changes, indent, newline, in_place=False), False
+
+
+def _splice_steps(
+    document: Document,
+    original: list[str],
+    steps: list[Any],
+    changes: Mapping[int, Mapping[str, Any]],
+    indent: str,
+    newline: str,
+    *,
+    in_place: bool,
+) -> str:
+    """The text with the changed steps' lines replaced (and a new step appended); every other
+    line stays as written."""
+    lines = list(original)
     # replace from the bottom up so earlier line numbers stay valid
     for index in sorted(changes, reverse=True):
-        rendered = [line + newline for line in _render_step(changes[index], indent)]
         if index == len(steps):
-            _, end = _step_block(document, lines, len(steps) - 1, len(steps))
+            start, end = _step_block(document, lines, len(steps) - 1, len(steps))
+            every_step = lines[document.lines["/steps/0"] - 1 : end]
+            body = _appended_step(every_step, changes[index], indent) if in_place else None
+            rendered = [line + newline for line in body or _render_step(changes[index], indent)]
             blank = [newline] if any(not ln.strip() for ln in lines[document.lines["/steps/0"] - 1 : end]) else []
             if end and not lines[end - 1].endswith(("\n", "\r")):
                 lines[end - 1] += newline
             lines[end:end] = blank + rendered
         else:
             start, end = _step_block(document, lines, index, len(steps))
+            body = _render_step_in_place(lines[start:end], changes[index], indent) if in_place else None
+            rendered = [line + newline for line in body or _render_step(changes[index], indent)]
             lines[start:end] = rendered
-    return "".join(lines), False
+    return "".join(lines)
 
 
 def _deep_copy(value: Any) -> Any:

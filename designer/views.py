@@ -20,6 +20,9 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy as _lazy
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_POST
 
 from designer import services
@@ -27,6 +30,9 @@ from designer.forms import STEP_TYPES, TYPE_NAMES, DocumentForm, StepForm
 from workflows import access
 from workflows.access import Capability, page_requires
 from workflows.exceptions import DefinitionError, DefinitionMissing, InvalidArgument, WorkflowError
+
+NOT_YAML = _lazy("fix the document so it reads as YAML first")
+STEP_GONE = _lazy("that step is no longer in the document")
 
 
 def _can_deploy(request: HttpRequest) -> bool:
@@ -112,6 +118,8 @@ def _editor(
         "can_deploy": _can_deploy(request),
         "step_types": STEP_TYPES,
         "deploy_error": deploy_error,
+        # drawn from a post (a refused deploy, "Check now"): the text is not stored anywhere yet
+        "unsaved": request.method == "POST",
         **_check_context(result, scope),
         "outline": services.outline(text),
     }
@@ -220,7 +228,7 @@ def cel(request: HttpRequest) -> HttpResponse:
     name = request.POST.get("field", "")
     source = request.POST.get(name, "") if name else ""
     if len(source) > 4000:
-        return render(request, "designer/_cel.html", {"problem": "expression is longer than 4000 characters"})
+        return render(request, "designer/_cel.html", {"problem": _("expression is longer than 4000 characters")})
     if not source.strip():
         return render(request, "designer/_cel.html", {"empty": True})
     variables = request.POST.get("variables", "state")
@@ -249,13 +257,13 @@ def step_form(request: HttpRequest) -> HttpResponse:
     text = request.POST.get("text", "")
     outline = services.outline(text)
     if outline is None:
-        return render(request, "designer/_step_refused.html", {"reason": "fix the document so it reads as YAML first"})
+        return render(request, "designer/_step_refused.html", {"reason": NOT_YAML})
     editing = request.POST.get("edit") if request.POST.get("action") == "edit" else None
     original = None
     if editing:
         original = next((s for s in outline.steps if s.get("id") == editing), None)
         if original is None:
-            return render(request, "designer/_step_refused.html", {"reason": "that step is no longer in the document"})
+            return render(request, "designer/_step_refused.html", {"reason": STEP_GONE})
     elif request.POST.get("original_id"):
         editing = request.POST.get("original_id")
         original = next((s for s in outline.steps if s.get("id") == editing), None)
@@ -279,11 +287,11 @@ def step_apply(request: HttpRequest) -> HttpResponse:
     text = request.POST.get("text", "")
     outline = services.outline(text)
     if outline is None:
-        return render(request, "designer/_step_refused.html", {"reason": "fix the document so it reads as YAML first"})
+        return render(request, "designer/_step_refused.html", {"reason": NOT_YAML})
     editing = request.POST.get("original_id") or None
     original = next((s for s in outline.steps if s.get("id") == editing), None) if editing else None
     if editing and original is None:
-        return render(request, "designer/_step_refused.html", {"reason": "that step is no longer in the document"})
+        return render(request, "designer/_step_refused.html", {"reason": STEP_GONE})
     step_type = request.POST.get("step_type") or "human-task"
     slots = [s for s in outline.slots if not editing or not s[0].startswith(f"{editing}|")]
     form = StepForm(request.POST, step_type=step_type, step_ids=outline.ids, slots=slots, original=original)
@@ -369,29 +377,36 @@ def deploy(request: HttpRequest) -> HttpResponse:
             request,
             status=422,
             deploy_problems=problems,
-            deploy_error=f"Not deployed ({error.code}): {error.message}",
+            deploy_error=_("Not deployed (%(code)s): %(message)s") % {"code": error.code, "message": error.message},
             **editor,
         )
     except WorkflowError as error:
         return _editor(
             request,
             status=409 if error.status == 409 else 422,
-            deploy_error=f"Not deployed ({error.code}): {error.message}",
+            deploy_error=_("Not deployed (%(code)s): %(message)s") % {"code": error.code, "message": error.message},
             **editor,
         )
     messages.success(
         request,
-        f"Deployed {deployed.definition_id} version {deployed.version} in scope {deployed.scope}: "
-        "published and activated; new runs start on it.",
+        _(
+            "Deployed %(definition)s version %(version)s in scope %(scope)s: published and activated; "
+            "new runs start on it."
+        )
+        % {"definition": deployed.definition_id, "version": deployed.version, "scope": deployed.scope},
     )
     if deployed.opens_migrate and deployed.replaced is not None:
         count = deployed.parked_on_replaced
         messages.info(
             request,
-            f"{count} run{'s are' if count != 1 else ' is'} parked on version {deployed.replaced}, the version this "
-            f"deploy replaced. Move {'them' if count != 1 else 'it'} to version {deployed.version} here, or leave "
-            f"{'them' if count != 1 else 'it'} where {'they are' if count != 1 else 'it is'}: nothing moves until "
-            "you apply.",
+            ngettext(
+                "%(count)d run is parked on version %(replaced)s, the version this deploy replaced. Move it to "
+                "version %(version)s here, or leave it where it is: nothing moves until you apply.",
+                "%(count)d runs are parked on version %(replaced)s, the version this deploy replaced. Move them to "
+                "version %(version)s here, or leave them where they are: nothing moves until you apply.",
+                count,
+            )
+            % {"count": count, "replaced": deployed.replaced, "version": deployed.version},
         )
         return HttpResponseRedirect(
             services.migrate_url(deployed.scope, deployed.definition_id, deployed.replaced, deployed.version)

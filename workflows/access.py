@@ -237,18 +237,45 @@ def capabilities(user: Any) -> set[Capability]:
     return {c for c in Capability if has(user, c)}
 
 
+def _sign_in(request: Any) -> Any:
+    """The way to the sign-in page. A plain request is redirected there (302). An htmx request
+    (a live check, a fragment refresh, a step form) would follow a 302 and swap the sign-in
+    page into the fragment's place (issue #30): it gets ``HX-Redirect`` instead, so the browser
+    loads the sign-in page whole, coming back afterwards to the page the user was on
+    (``HX-Current-URL``), not to the fragment's endpoint."""
+    from urllib.parse import urlsplit
+
+    from django.contrib.auth.views import redirect_to_login
+    from django.utils.http import url_has_allowed_host_and_scheme
+
+    if request.headers.get("HX-Request") != "true":
+        return redirect_to_login(request.get_full_path())
+    from django_htmx.http import HttpResponseClientRedirect
+
+    current = request.headers.get("HX-Current-URL", "")
+    page = "/"
+    if current and url_has_allowed_host_and_scheme(current, {request.get_host()}, request.is_secure()):
+        parts = urlsplit(current)
+        page = parts.path + (f"?{parts.query}" if parts.query else "")
+    elif request.method == "GET":
+        page = request.get_full_path()
+    response = HttpResponseClientRedirect(redirect_to_login(page).url)
+    response["Vary"] = "HX-Request"
+    return response
+
+
 def page_requires(capability: Capability) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """An HTML view decorator: signed-out visitors go to the sign-in page; signed-in users
-    without the capability get a 403 page (never a login page, never the content)."""
+    """An HTML view decorator: signed-out visitors go to the sign-in page (an htmx request by
+    ``HX-Redirect``, see :func:`_sign_in`); signed-in users without the capability get a 403
+    page (never a login page, never the content)."""
 
     def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
         @wraps(view)
         def guarded(request: Any, *args: Any, **kwargs: Any) -> Any:
-            from django.contrib.auth.views import redirect_to_login
             from django.core.exceptions import PermissionDenied
 
             if not getattr(request.user, "is_authenticated", False):
-                return redirect_to_login(request.get_full_path())
+                return _sign_in(request)
             if not has(request.user, capability):
                 raise PermissionDenied(refusal(capability))
             return view(request, *args, **kwargs)

@@ -87,3 +87,19 @@ def test_set_retention_days_refuses_a_bad_value_and_changes_nothing():
     assert DefinitionVersion.objects.get().retention_days is None
     assert operations.set_retention_days(scope="default", definition_id="simple", version=1, days=30)
     assert not operations.set_retention_days(scope="default", definition_id="simple", version=2, days=30)
+
+
+def test_a_revision_shows_its_document_with_its_indentation(admin_client):
+    """The admin's plain display of a text field joined the lines with <br> and collapsed the
+    indentation a YAML document depends on: the stored text is shown as written, escaped."""
+    text = "# <the> stored comment\n" + simple()
+    definitions.load(scope="default", text=text)
+    row = DefinitionVersion.objects.get()
+    page = admin_client.get(reverse("admin:workflows_definitionversion_change", args=[row.pk])).content.decode()
+    start = page.index('<pre class="definition-document"')
+    shown = page[page.index(">", start) + 1 : page.index("</pre>", start)]
+    assert shown == text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;").replace(
+        "'", "&#x27;"
+    )
+    assert "\n    " in shown and "<br>" not in shown
+    assert 'name="text"' not in page  # read-only: no form field carries the document

@@ -182,3 +182,85 @@ def test_a_route_when_may_read_named_conditions_as_loading_does() -> None:
     assert services.check_expression("conditions['purchase.small'] && state.total > 1", variables="when") is None
     assert services.check_expression("conditions['purchase.small']", variables="state") is not None
     assert services.check_expression("payload.x", variables="when") is not None
+
+
+COMMENTED = """\
+# Purchase approval
+definitionId: purchase-approval
+definitionVersion: 3                 # the designer mints it
+contract: {name: purchase.v1}
+initialStep: route
+steps:
+  - {id: route, type: decision, routes: [{when: "state.total > 5000", to: done}], default: manager}
+  # the manager decides
+  - id: manager
+    type: human-task
+    title: 'Approve purchase {{ state.number }}'   # single quotes kept
+    assignment: {mode: group, value: managers}
+    # three days, then it is done
+    due: {after: P3D, next: done}
+    reminders:
+      every: P1D
+    decisions:
+      - name: approve   # the usual answer
+        next: done
+      - {name: reject,  next: done}
+  - id: done
+    type: complete
+"""
+
+
+def _changed_lines(before: str, after: str) -> list[tuple[str, str]]:
+    import difflib
+
+    old, new = before.splitlines(), after.splitlines()
+    changes = []
+    for tag, a1, a2, b1, b2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
+        if tag != "equal":
+            changes.append(("\n".join(old[a1:a2]), "\n".join(new[b1:b2])))
+    return changes
+
+
+def test_a_one_step_edit_changes_only_the_lines_of_the_values_it_changes() -> None:
+    step = services.step_of(COMMENTED, "manager")
+    assert step is not None
+    step["due"]["after"] = "P5D"
+    text, rewritten = services.apply_step(COMMENTED, step, replace="manager")
+    assert not rewritten
+    # comments, quoting, flow style and spacing inside the edited step stay as written
+    assert _changed_lines(COMMENTED, text) == [
+        ("    due: {after: P3D, next: done}", "    due: {after: P5D, next: done}")
+    ]
+
+
+def test_a_field_removed_by_the_form_takes_only_its_own_lines() -> None:
+    step = services.step_of(COMMENTED, "manager")
+    assert step is not None
+    del step["reminders"]
+    text, _ = services.apply_step(COMMENTED, step, replace="manager")
+    assert _changed_lines(COMMENTED, text) == [("    reminders:\n      every: P1D", "")]
+    assert services.check(text).ok
+
+
+def test_an_appended_step_is_written_in_the_documents_indentation() -> None:
+    step = {"id": "look", "type": "human-task", "assignment": {"mode": "group", "value": "ops"}}
+    step["decisions"] = [{"name": "ok", "next": "done"}]
+    text, _ = services.apply_step(COMMENTED, step, connect_from="manager|decisions/0/next")
+    assert _changed_lines(COMMENTED, text) == [
+        ("        next: done", "        next: look"),
+        (
+            "",
+            "  - id: look\n    type: human-task\n    assignment:\n      mode: group\n      value: ops\n"
+            "    decisions:\n      - name: ok\n        next: done",
+        ),
+    ]
+    assert services.check(text).ok
+
+
+def test_a_value_the_round_trip_would_read_otherwise_falls_back_to_a_plain_step() -> None:
+    step = services.step_of(COMMENTED, "manager")
+    assert step is not None
+    step["title"] = "yes"  # YAML 1.1 readers take a bare yes for true: the result reads back
+    text, _ = services.apply_step(COMMENTED, step, replace="manager")
+    assert parse(text, "yaml").data["steps"][1]["title"] == "yes"
+    assert text.startswith("# Purchase approval\n") and "  # the manager decides\n" in text

@@ -83,7 +83,14 @@ def queue_on_page(page: Any) -> dict[str, Any]:
             clock: q.querySelector('time').getAttribute('datetime'),
             tiles: Object.fromEntries([...q.querySelectorAll('[data-metric]')]
                 .map(t => [t.dataset.metric, t.querySelector('dd').innerText.trim()])),
-            summary: q.querySelector('#throughput-summary').innerText.trim(),
+            // the busiest minute is a <time> in the reader's zone: its absolute time, and the
+            // line with the time's text as {time}
+            busiest: (q.querySelector('#throughput-summary time') || {getAttribute: () => null})
+                .getAttribute('datetime'),
+            summary: (() => {
+                const p = q.querySelector('#throughput-summary'), t = p.querySelector('time');
+                return t ? p.innerText.replace(t.innerText, '{time}').trim() : p.innerText.trim();
+            })(),
             chart: q.querySelector('svg.throughput > title').textContent,
         })"""
     )
@@ -157,7 +164,8 @@ def assert_queue_matches_database(page: Any, *, before: datetime) -> None:
     if per_minute:
         peak = max(per_minute.values())
         busiest = min(m for m, n in per_minute.items() if n == peak)  # the earliest of equally busy minutes
-        line += f"; busiest minute {busiest:%H:%M} UTC with {peak}"
+        line += f"; busiest minute {{time}} with {peak}"
+        assert datetime.fromisoformat(shown["busiest"]) == busiest
     assert shown["summary"] == line + "."
     assert shown["chart"].startswith(f"{total} commands settled in the last 60 minutes;")
 

@@ -100,6 +100,33 @@ def test_the_current_section_is_marked_and_sign_out_is_a_post_form() -> None:
     assert form and "csrfmiddlewaretoken" in form.group(1) and "Sign out" in form.group(1)
 
 
+def current_links(html: str) -> list[str]:
+    return re.findall(r'<a href="[^"]+" aria-current="page">([^<]+)</a>', html)
+
+
+def test_only_the_requesters_link_of_the_page_shown_is_current() -> None:
+    """Both links live in the requesters' namespace, and both were marked current on any of
+    its pages (issue #30): New request is current on the list and the start forms, My requests
+    on the list of requests and a request's page."""
+    from tests.engine import documents
+    from tests.views.test_tasks_pages import deploy
+    from workflows import operations
+
+    account = user("requester", "workflows.add_run")
+    client = signed_in(account)
+    deploy(documents.APPROVAL)
+    run_id = operations.start(
+        definition_id="approval", payload={"number": "PO-1", "total": 4800, "supplier": "Acme"}, actor=account
+    ).run_id
+
+    assert current_links(client.get("/requests/new/").content.decode()) == ["New request"]
+    assert current_links(client.get("/requests/new/approval/").content.decode()) == ["New request"]
+    assert current_links(client.get("/requests/").content.decode()) == ["My requests"]
+    page = client.get(f"/requests/{run_id}/")
+    assert page.status_code == 200
+    assert current_links(page.content.decode()) == ["My requests"]
+
+
 def test_signed_out_visitors_see_no_links_but_sign_in() -> None:
     html = Client().get("/accounts/login/").content.decode()
 

@@ -267,3 +267,49 @@ def test_a_run_links_to_its_record_and_the_record_and_its_captures_to_their_runs
     # the requester is no admin user: their page names the record without a link they could not open
     html = _client(demo_users["requester"]).get(f"/requests/{run_id}/").content.decode()
     assert f"demo.purchaseorder {order.pk}" in html and f'href="{record_url}"' not in html
+
+
+OWNED = RECORDED.replace("definitionId: recorded", "definitionId: owned").replace(
+    "contract: {name: recorded.v1, signals: {}}",
+    "contract: {name: owned.v1, signals: {}}\n"
+    "trigger: {model: demo.PurchaseOrder, on: [deleted], ownerField: requester}",
+)
+
+
+def test_my_requests_lists_the_runs_about_records_the_user_owns(demo_users: dict[str, Any]) -> None:
+    """Issue #30: a run another user (or a trigger) started about the requester's own order is
+    theirs to follow too; the owner is the trigger's ownerField (here a username field)."""
+    from demo.models import PurchaseOrder
+
+    own = PurchaseOrder.objects.create(number="PO-OWN", requester="requester", total=5)
+    other = PurchaseOrder.objects.create(number="PO-OTHER", requester="bob", total=5)
+    deploy(OWNED)
+    about_own = operations.start(
+        definition_id="owned", payload={"id": own.pk, "number": "PO-OWN", "total": 5}, actor=demo_users["alice"]
+    ).run_id
+    about_other = operations.start(
+        definition_id="owned", payload={"id": other.pk, "number": "PO-OTHER", "total": 5}, actor=demo_users["alice"]
+    ).run_id
+    executor.drain(budget_seconds=10)
+    requester = _client(demo_users["requester"])
+
+    html = requester.get("/requests/").content.decode()
+    assert f"/requests/{about_own}/" in html and f"/requests/{about_other}/" not in html
+    assert requester.get(f"/requests/{about_own}/").status_code == 200
+    assert requester.get(f"/requests/{about_other}/").status_code == 404
+    # bob owns the other order; alice, who started both, sees both as started by her
+    assert f"/requests/{about_other}/" in _client(demo_users["bob"]).get("/requests/").content.decode()
+    alice = _client(demo_users["alice"]).get("/requests/").content.decode()
+    assert f"/requests/{about_own}/" in alice and f"/requests/{about_other}/" in alice
+
+    # the owner notion comes from the current revision: without ownerField the run is not theirs
+    deploy(OWNED.replace("definitionVersion: 1", "definitionVersion: 2").replace(", ownerField: requester", ""))
+    assert requester.get(f"/requests/{about_own}/").status_code == 404
+
+
+def test_an_owner_field_the_model_does_not_have_is_refused_at_its_pointer() -> None:
+    from workflows.exceptions import DefinitionError
+
+    with pytest.raises(DefinitionError) as refused:
+        deploy(OWNED.replace("ownerField: requester", "ownerField: nobody"))
+    assert [(v.pointer, v.type) for v in refused.value.violations] == [("/trigger/ownerField", "unknownField")]

@@ -14,6 +14,9 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
 
 from workflows import access, definitions, operations
 from workflows.access import Capability
@@ -46,8 +49,23 @@ class DefinitionVersionAdmin(admin.ModelAdmin):
     search_fields = ("definition_id", "contract")
     ordering = ("definition_id", "scope", "-version")
     actions = ["publish", "activate", "deprecate", "retire", "reinstate"]
+    # the stored document as written: the admin's plain display of a text field joins its lines
+    # with <br> and collapses the indentation YAML depends on
     # everything but the retention override (docs/operations.md, "Retention") is read-only
-    readonly_fields = [f.name for f in DefinitionVersion._meta.fields if f.name != "retention_days"]
+    readonly_fields = [
+        ("document" if f.name == "text" else f.name)
+        for f in DefinitionVersion._meta.fields
+        if f.name != "retention_days"
+    ]
+    exclude = ("text",)  # shown read-only as "document"; never an editable form field
+
+    @admin.display(description=_("document"))
+    def document(self, obj: DefinitionVersion) -> SafeString:
+        return format_html(
+            '<pre class="definition-document" style="white-space: pre; overflow: auto; max-height: 40rem; '
+            'max-width: 100%; margin: 0; font-family: ui-monospace, monospace;">{}</pre>',
+            obj.text,
+        )
 
     @admin.display(description="plan hash")
     def short_hash(self, obj: DefinitionVersion) -> str:

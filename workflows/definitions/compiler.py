@@ -168,14 +168,23 @@ def _trigger(build: Build, spec: Mapping[str, Any] | None) -> plan.Trigger | Non
     if not spec:
         return None
     model = spec.get("model")
+    owner_field = spec.get("ownerField") or None
     if model:
         from django.apps import apps
+        from django.core.exceptions import FieldDoesNotExist
 
         try:
-            apps.get_model(model)
+            found = apps.get_model(model)
         except (LookupError, ValueError):
             build.add("/trigger/model", "unknownModel", "the trigger names a model that is not installed")
+        else:
+            if owner_field:
+                try:
+                    found._meta.get_field(owner_field)
+                except FieldDoesNotExist:
+                    build.add("/trigger/ownerField", "unknownField", "the trigger's model has no field of this name")
     return plan.Trigger(
+        owner_field=owner_field,
         model=model or "",
         on=tuple(spec.get("on") or ()),
         when=build.computation(spec.get("when"), "/trigger/when", V_TRIGGER),

@@ -55,6 +55,9 @@ class Trigger:
     when: Computation | None = None  # vars: record, previous, changed, event
     payload: Computation | None = None  # vars: record, previous, changed, event
     business_key: Computation | None = None
+    # the model's field naming the user who owns a record (a relation to the user model, or
+    # text holding a username): their "My requests" lists the runs about records they own
+    owner_field: str | None = None
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,11 @@ def _trigger(value: Any, checker: Checker) -> dict[str, Any] | None:
     if value is None:
         return None
     obj = checker.fields(
-        value, "/trigger", required=("model", "on"), optional=("when", "payload", "businessKey"), what="trigger"
+        value,
+        "/trigger",
+        required=("model", "on"),
+        optional=("when", "payload", "businessKey", "ownerField"),
+        what="trigger",
     )
     if obj is None:
         return None
@@ -131,13 +135,22 @@ def _trigger(value: Any, checker: Checker) -> dict[str, Any] | None:
                     checker.add(f"/trigger/on/{index}", "enum", "must be created, updated or deleted")
                 elif event not in on:
                     on.append(event)
-    return {
+    found = {
         "model": model,
         "on": sorted(on, key=TRIGGER_EVENTS.index),
         "when": checker.expression(obj.get("when"), "/trigger/when"),
         "payload": checker.expression(obj.get("payload"), "/trigger/payload"),
         "businessKey": checker.expression(obj.get("businessKey"), "/trigger/businessKey"),
     }
+    if obj.get("ownerField") is not None:
+        # only when given: the normalised spec (and so the plan hash) of a trigger without an
+        # owner field stays what it was before the field existed
+        owner = checker.string(obj.get("ownerField"), "/trigger/ownerField", max_length=255)
+        if owner is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", owner):
+            checker.add("/trigger/ownerField", "pattern", "ownerField must be a field name of the model")
+            owner = None
+        found["ownerField"] = owner
+    return found
 
 
 # --- steps -----------------------------------------------------------------------------------

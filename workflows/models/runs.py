@@ -73,6 +73,8 @@ class Run(ActorColumns):
             models.Index(fields=["status", "updated_at"], name="workflow_run_by_status"),
             models.Index(fields=["subject_type", "subject_id"], name="workflow_run_by_subject"),
             models.Index(fields=["start_scope", "definition_id", "business_key"], name="workflow_run_by_key"),
+            # My requests: the runs a user started (queries.runs_started_by filters on both)
+            models.Index(fields=["actor_kind", "actor_id"], name="workflow_run_by_actor"),
             # the API's ?state= search (JSON containment, state @> ...); jsonb_path_ops: smaller
             # and faster than the default operator class, and @> is all it has to serve
             GinIndex(fields=["state"], opclasses=["jsonb_path_ops"], name="workflow_run_state"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db.models import Prefetch, QuerySet
 
 from workflows.engine import sql
@@ -353,6 +353,48 @@ def runs_started_by(user: Any) -> QuerySet[Run]:
     if not getattr(user, "is_authenticated", False):
         return Run.objects.none()
     return Run.objects.filter(actor_kind=ActorKind.USER, actor_id=user.get_username()).order_by("-created_at", "-id")
+
+
+def requests_of(user: Any) -> QuerySet[Run]:
+    """The runs of "My requests": the runs this user started (:func:`runs_started_by`) and the runs about
+    records they own, newest first.
+
+    A record is owned through the ``ownerField`` of a record trigger (docs/triggers.md) among
+    the default scope's current versions: a relation to the user model names the user, any
+    other field holds their username. A run is about a record when its subject names the
+    record's model label and primary key (the teardown's rule). One query: a subquery of the
+    owned primary keys per owning model, ORed with the started-by filter."""
+    from django.apps import apps
+    from django.contrib.auth import get_user_model
+    from django.db.models import CharField, Q
+    from django.db.models.functions import Cast
+
+    if not getattr(user, "is_authenticated", False):
+        return Run.objects.none()
+    wanted = Q(actor_kind=ActorKind.USER, actor_id=user.get_username())
+    seen: set[tuple[str, str]] = set()
+    for plan in current_trigger_plans():
+        owner_field = plan.trigger.owner_field if plan.trigger is not None else None
+        if not owner_field:
+            continue
+        try:
+            model = apps.get_model(plan.trigger.model)
+            field = model._meta.get_field(owner_field)
+        except (LookupError, ValueError, FieldDoesNotExist):
+            continue  # the model or field went away since the revision was published
+        label = model._meta.label_lower
+        if (label, owner_field) in seen:
+            continue
+        seen.add((label, owner_field))
+        owner: Any = user if field.is_relation and field.related_model is get_user_model() else user.get_username()
+        owned = (
+            model._default_manager.filter(**{owner_field: owner})
+            .annotate(switchyard_pk_text=Cast("pk", CharField()))
+            .values("switchyard_pk_text")
+        )
+        # the subject type is written by the document: the label as Django spells it, or lowered
+        wanted |= Q(subject_type__in=sorted({label, model._meta.label}), subject_id__in=owned)
+    return Run.objects.filter(wanted).order_by("-created_at", "-id")
 
 
 def request_rows(runs: list[Run]) -> list[dict[str, Any]]:

@@ -32,13 +32,27 @@ class Entry:
     url_name: str
     needs: tuple[Capability | str, ...]  # all of them
     namespace: str  # the link is current while the request's view is in this namespace
+    # ... and, when given, is one of these views (two links share the requesters' namespace)
+    views: tuple[str, ...] = ()
 
 
 ENTRIES = (
     Entry("Inbox", "workflows:inbox", (SIGNED_IN,), "workflows"),
     Entry("Runs", "workflows:runs:list", (Capability.VIEW_RUNS,), "workflows:runs"),
-    Entry("New request", "workflows:requests:new", (Capability.START,), "workflows:requests"),
-    Entry("My requests", "workflows:requests:mine", (Capability.START,), "workflows:requests"),
+    Entry(
+        "New request",
+        "workflows:requests:new",
+        (Capability.START,),
+        "workflows:requests",
+        ("workflows:requests:new", "workflows:requests:start"),
+    ),
+    Entry(
+        "My requests",
+        "workflows:requests:mine",
+        (Capability.START,),
+        "workflows:requests",
+        ("workflows:requests:mine", "workflows:requests:detail"),
+    ),
     Entry("Ops", "ops:dashboard", (Capability.OPERATE,), "ops"),
     Entry("Designer", "designer:list", (Capability.VIEW_DEFINITIONS,), "designer"),
     Entry(
@@ -77,9 +91,11 @@ def navigation(context: Any) -> list[dict[str, Any]]:
     user = context.get("user") or getattr(request, "user", None)
     match = getattr(request, "resolver_match", None)
     namespace = getattr(match, "namespace", None)
+    view_name = getattr(match, "view_name", None)
     links = []
     for entry in ENTRIES:
         href = _url(entry.url_name) if may_open(user, entry) else None
         if href is not None:
-            links.append({"label": entry.label, "href": href, "current": namespace == entry.namespace})
+            current = namespace == entry.namespace and (not entry.views or view_name in entry.views)
+            links.append({"label": entry.label, "href": href, "current": current})
     return links

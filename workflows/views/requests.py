@@ -1,5 +1,6 @@
 """Requesters' pages: "New request" (the workflows a user may start, each with a form) and
-"My requests" (the runs they started), with a read-only page of one of their runs.
+"My requests" (the runs they started or that concern records they own), with a read-only
+page of one of their runs.
 
 Who may start what: the start runs capability (``workflows.access``) and nothing per
 workflow, since definition documents declare no start permission or visibility; every
@@ -11,8 +12,9 @@ never echoes a submitted value in an error. The start is the API's call
 is drawn: a double submit starts one run.
 
 "My requests" and the run page need only a sign-in: they show the runs whose START names
-the user (``queries.runs_started_by``), and anyone else's run is a 404, whatever their
-capabilities (operators have the run viewer).
+the user and the runs about records the user owns (a trigger's ``ownerField``;
+``queries.requests_of``), and anyone else's run is a 404, whatever their capabilities
+(operators have the run viewer).
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ def _render_form(
 @login_required
 @require_GET
 def my_requests(request: HttpRequest) -> HttpResponse:
-    page = Paginator(queries.runs_started_by(request.user), REQUESTS_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(queries.requests_of(request.user), REQUESTS_PAGE).get_page(request.GET.get("page"))
     context = {"page": page, "rows": queries.request_rows(list(page.object_list))}
     return render(request, "workflows/requests/mine.html", context)
 
@@ -167,7 +169,7 @@ def my_requests(request: HttpRequest) -> HttpResponse:
 @require_GET
 def request_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     """One of the user's runs, read-only: where it is, who holds it, the way it took."""
-    run = queries.runs_started_by(request.user).filter(pk=run_id).first()
+    run = queries.requests_of(request.user).filter(pk=run_id).first()
     if run is None:
         raise Http404("run not found")
     plan = queries.plan_of(run)

@@ -1,13 +1,14 @@
 // Times in the reader's own time zone. The server renders every time as
-// <time datetime="ISO 8601 with offset" title="the same">YYYY-MM-DD HH:MM:SS</time> in UTC, which
-// is what a reader without JavaScript sees (the offset in the tooltip says which zone). This
+// <time datetime="ISO 8601 with offset" title="the same">YYYY-MM-DD HH:MM[:SS] +0000</time>
+// (the local_time filter, workflows/templatetags/switchyard_time.py), which is what a reader
+// without JavaScript sees. Loaded on every page by switchyard/assets.html. This
 // script rewrites each one's text in the browser's zone and language with
 // Intl.DateTimeFormat, naming the zone ("3 Dec 2026, 15:04:05 CET"); the title keeps the
 // absolute ISO time. It runs on load and again on every htmx swap (timeline pages).
 (function () {
   "use strict";
 
-  var format = new Intl.DateTimeFormat(undefined, {
+  var options = {
     year: "numeric",
     month: "short",
     day: "numeric",
@@ -15,7 +16,10 @@
     minute: "2-digit",
     second: "2-digit",
     timeZoneName: "short",
-  });
+  };
+  var format = new Intl.DateTimeFormat(undefined, options);
+  // a time the server wrote to the minute (the local_time filter's default) stays so
+  var minutes = new Intl.DateTimeFormat(undefined, Object.assign({}, options, { second: undefined }));
 
   function localise(root) {
     var times = (root || document).querySelectorAll("time[datetime]:not([data-local])");
@@ -25,7 +29,9 @@
       // Python writes microseconds; keep milliseconds, which every Date parser reads
       var when = new Date(iso.replace(/(\.\d{3})\d+/, "$1"));
       if (isNaN(when.getTime())) continue;
-      el.textContent = format.format(when);
+      // the server's text says the precision: seconds only where it shows them
+      var withSeconds = /\d:\d\d:\d\d/.test(el.textContent);
+      el.textContent = (withSeconds ? format : minutes).format(when);
       el.title = iso;
       el.setAttribute("data-local", "");
     }

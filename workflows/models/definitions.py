@@ -1,16 +1,17 @@
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from workflows.models.fields import json_field
 
 
 class DefinitionStatus(models.TextChoices):
-    CANDIDATE = "CANDIDATE"
-    PUBLISHING = "PUBLISHING"
-    AVAILABLE = "AVAILABLE"
-    DEPRECATED = "DEPRECATED"
-    RETIRED = "RETIRED"
+    CANDIDATE = "CANDIDATE", _("Candidate")
+    PUBLISHING = "PUBLISHING", _("Publishing")
+    AVAILABLE = "AVAILABLE", _("Available")
+    DEPRECATED = "DEPRECATED", _("Deprecated")
+    RETIRED = "RETIRED", _("Retired")
 
 
 class DefinitionVersion(models.Model):

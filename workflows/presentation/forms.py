@@ -27,7 +27,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.utils.translation import gettext as _
-from django.utils.translation import ngettext
+from django.utils.translation import ngettext, pgettext
 
 from workflows import jsonvalues
 
@@ -450,7 +450,8 @@ def message(violation_type: str, schema: Mapping[str, Any]) -> str:
     s = schema
     t = violation_type
     if t == "required":
-        return _("This field is required.")
+        # a context of its own: DRF, listed before this app, translates the bare text otherwise
+        return pgettext("payload form", "This field is required.")
     if t == "maxLength":
         return _("Use at most %(limit)s characters.") % {"limit": s.get("maxLength")}
     if t == "minLength":

@@ -51,7 +51,8 @@ def test_a_german_browser_gets_the_inbox_and_task_page_in_german(demo_users: dic
     html = inbox.content.decode()
     assert inbox["Content-Language"] == "de"
     assert '<html lang="de">' in html
-    for text in ("Ihre Aufgaben", "Posteingang", "Abmelden", "Aufgaben zeigen", "1 offene Aufgabe", "Geschäftsschlüssel"):
+    german = ("Ihre Aufgaben", "Posteingang", "Abmelden", "Aufgaben zeigen", "1 offene Aufgabe", "Geschäftsschlüssel")
+    for text in german:
         assert text in html, text
     for english in ("Your tasks", "Sign out", "Show tasks", "open task"):
         assert english not in html, english

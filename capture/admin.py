@@ -242,10 +242,10 @@ class CaptureAdmin(admin.ModelAdmin):
                 refused = error.message
             else:
                 if done.replayed:
-                    text = _("Capture %(pk)s was queued for dispatch again.") % {"pk": done.pk}
+                    notice = _("Capture %(pk)s was queued for dispatch again.") % {"pk": done.pk}
                 else:
-                    text = _("Capture %(pk)s was resolved.") % {"pk": done.pk}
-                self.message_user(request, text, messages.SUCCESS)
+                    notice = _("Capture %(pk)s was resolved.") % {"pk": done.pk}
+                self.message_user(request, notice, messages.SUCCESS)
                 return HttpResponseRedirect(back)
         text = DECISIONS[decision]
         status = 409 if refused else 200

@@ -69,24 +69,24 @@ class DefinitionVersionAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Publish selected versions"), permissions=["deploy"])
     def publish(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        _each(self, request, queryset, PUBLISHED, lambda row: definitions.publish(**_key(row)))
+        _each(self, request, queryset, str(PUBLISHED), lambda row: definitions.publish(**_key(row)))
 
     @admin.action(description=_("Activate selected versions in their scope"), permissions=["deploy"])
     def activate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         user = request.user.get_username()
-        _each(self, request, queryset, ACTIVATED, lambda row: definitions.activate(**_key(row), updated_by=user))
+        _each(self, request, queryset, str(ACTIVATED), lambda row: definitions.activate(**_key(row), updated_by=user))
 
     @admin.action(description=_("Deprecate selected versions"), permissions=["deploy"])
     def deprecate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        _each(self, request, queryset, DEPRECATED, lambda row: definitions.deprecate(**_key(row)))
+        _each(self, request, queryset, str(DEPRECATED), lambda row: definitions.deprecate(**_key(row)))
 
     @admin.action(description=_("Retire selected versions"), permissions=["deploy"])
     def retire(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        _each(self, request, queryset, RETIRED, lambda row: definitions.retire(**_key(row)))
+        _each(self, request, queryset, str(RETIRED), lambda row: definitions.retire(**_key(row)))
 
     @admin.action(description=_("Reinstate selected versions"), permissions=["deploy"])
     def reinstate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        _each(self, request, queryset, REINSTATED, lambda row: definitions.reinstate(**_key(row)))
+        _each(self, request, queryset, str(REINSTATED), lambda row: definitions.reinstate(**_key(row)))
 
 
 @admin.register(Activation)

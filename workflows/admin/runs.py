@@ -125,7 +125,7 @@ class AttentionFilter(admin.SimpleListFilter):
     title = _("needs attention")
     parameter_name = "attention"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:  # labels: lazy text
         return [
             ("stuck", _("Stuck")),
             ("dead", _("Dead")),

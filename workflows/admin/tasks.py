@@ -34,7 +34,7 @@ class OpenFilter(admin.SimpleListFilter):
     title = _("open")
     parameter_name = "open"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:  # labels: lazy text
         return [("yes", _("Open")), ("no", _("Closed"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Task]) -> QuerySet[Task]:
@@ -51,7 +51,7 @@ class OverdueFilter(admin.SimpleListFilter):
     title = _("overdue")
     parameter_name = "overdue"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:  # labels: lazy text
         return [("yes", _("Overdue"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Task]) -> QuerySet[Task]:

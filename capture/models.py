@@ -79,6 +79,8 @@ class Capture(models.Model):
     replays = models.PositiveIntegerField(default=0)
 
     class Meta:
+        verbose_name = _("capture")
+        verbose_name_plural = _("captures")
         db_table = "capture_captures"
         ordering = ("-id",)
         permissions = [("reconcile_capture", "Can reconcile captures (replay or resolve)")]

@@ -88,6 +88,8 @@ class Command(ActorColumns):
     reconcile_action = models.CharField(max_length=16, blank=True, default="")
 
     class Meta:
+        verbose_name = _("command")
+        verbose_name_plural = _("commands")
         db_table = "workflow_commands"
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="workflow_command_position")]
         indexes = [

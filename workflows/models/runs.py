@@ -68,6 +68,8 @@ class Run(ActorColumns):
     ended_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("run")
+        verbose_name_plural = _("runs")
         db_table = "workflow_runs"
         indexes = [
             models.Index(fields=["definition_id", "scope", "version", "status"], name="workflow_run_by_pin"),

@@ -57,6 +57,8 @@ class Task(models.Model):
     closed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("task")
+        verbose_name_plural = _("tasks")
         db_table = "workflow_tasks"
         indexes = [
             models.Index(

@@ -97,3 +97,15 @@ def test_the_sign_in_and_signed_out_pages_follow_the_browser() -> None:
     german = Client(HTTP_ACCEPT_LANGUAGE=GERMAN)
     assert "Benutzername" in german.get("/accounts/login/").content.decode()
     assert "Sie haben sich abgemeldet" in german.get("/accounts/signed-out/").content.decode()
+
+
+def test_status_codes_are_shown_in_the_readers_words(demo_users: dict[str, Any]) -> None:
+    task = _task()
+    admin = _client(demo_users["admin"], GERMAN)
+    runs = admin.get("/runs/").content.decode()
+    assert '<span class="chip chip-waiting">Wartet</span>' in runs
+    assert '<option value="OUTCOME_UNKNOWN"' not in runs and '<option value="COMPENSATED">Kompensiert</option>' in runs
+    page = admin.get(f"/runs/{task.run_id}/").content.decode()
+    assert '<option value="decisions">Entscheidungen</option>' in page
+    english = _client(demo_users["admin"], "en").get("/runs/").content.decode()
+    assert '<span class="chip chip-waiting">Waiting</span>' in english

@@ -145,6 +145,17 @@ def _actor_of(row: Any) -> str:
     return actor_text(row.actor_kind, row.actor_id, row.actor_reason, row.on_behalf_of, row.attribution_status)
 
 
+# the timeline filter's choices (queries.HISTORY_FILTERS) in words
+FILTER_LABELS = {
+    "decisions": gettext_lazy("Decisions"),
+    "commands": gettext_lazy("Commands"),
+    "signals": gettext_lazy("Signals"),
+    "tasks": gettext_lazy("Tasks"),
+    "timers": gettext_lazy("Timers"),
+    "effects": gettext_lazy("Effects"),
+    "lifecycle": gettext_lazy("Lifecycle"),
+}
+
 # the timeline's words for the history's entry types (an unknown type is shown humanised)
 ENTRY_LABELS = {
     "WORKFLOW_STARTED": gettext_lazy("Workflow started"),
@@ -479,7 +490,8 @@ def _history_context(run: Run, plan: Any, params: dict[str, Any]) -> dict[str, A
         "history_query": query_string,
         "only": params["only"],
         "newest_first": newest,
-        "filters": list(queries.HISTORY_FILTERS),
+        "filters": [(f, FILTER_LABELS.get(f, f.capitalize())) for f in queries.HISTORY_FILTERS],
+        "only_label": FILTER_LABELS.get(params["only"], params["only"]),
     }
 
 

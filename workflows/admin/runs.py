@@ -37,7 +37,7 @@ UNSETTLED = ("PENDING", "DEFERRED", "CLAIMED")
 
 def _viewer_link(run_id: Any, text: str | None = None) -> str:
     url = reverse("workflows:runs:detail", args=[run_id])
-    return format_html('<a href="{}">{}</a>', url, text or "Open run viewer")
+    return format_html('<a href="{}">{}</a>', url, text or _("Open run viewer"))
 
 
 class _ReadOnly(admin.ModelAdmin):

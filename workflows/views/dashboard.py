@@ -203,8 +203,12 @@ def throughput_svg(series: list[dict[str, Any]], *, width: int = 600, height: in
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="throughput" role="img" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" aria-labelledby="throughput-title">',
-        f'<title id="throughput-title">{total} commands settled in the last {n} minutes; at most {peak} in one '
-        "minute</title>",
+        '<title id="throughput-title">'
+        + escape(
+            _("%(total)s commands settled in the last %(minutes)s minutes; at most %(peak)s in one minute")
+            % {"total": total, "minutes": n, "peak": peak}
+        )
+        + "</title>",
         f'<line class="axis" x1="{left}" y1="{top + plot_h}" x2="{width - 4}" y2="{top + plot_h}"/>',
         f'<text class="tick" x="{left - 4}" y="{top + 9}" text-anchor="end">{peak}</text>',
         f'<text class="tick" x="{left - 4}" y="{top + plot_h}" text-anchor="end">0</text>',

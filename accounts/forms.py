@@ -7,11 +7,12 @@ from typing import Any
 from django import forms
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
+from django.utils.translation import gettext_lazy as _
 
 from accounts import throttle
 
 # Value-free: it names neither the user nor the address, and says the same for both.
-LOCKED_MESSAGE = "Too many failed sign-in attempts. Sign-in is locked for a while; try again later."
+LOCKED_MESSAGE = _("Too many failed sign-in attempts. Sign-in is locked for a while; try again later.")
 
 
 class ThrottledSignInMixin:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class SignInFailures(models.Model):
@@ -16,8 +17,8 @@ class SignInFailures(models.Model):
 
     class Meta:
         db_table = "accounts_sign_in_failures"
-        verbose_name = "failed sign-ins"
-        verbose_name_plural = "failed sign-ins"
+        verbose_name = _("failed sign-ins")
+        verbose_name_plural = _("failed sign-ins")
 
     def __str__(self) -> str:
         return f"{self.failures} failed sign-ins"

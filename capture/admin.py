@@ -23,6 +23,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_protect
 
@@ -34,32 +35,34 @@ from workflows.exceptions import WorkflowError
 PAGE_SIZE = 50
 DECISIONS = {
     "replay": {
-        "title": "Replay capture {pk}",
-        "button": "Replay capture",
-        "explain": "The whole captured event is dispatched again: the triggers eligible now are evaluated "
-        "and their runs started, and any dispatch effect runs again.",
+        "title": _("Replay capture %(pk)s"),
+        "button": _("Replay capture"),
+        "explain": _(
+            "The whole captured event is dispatched again: the triggers eligible now are evaluated "
+            "and their runs started, and any dispatch effect runs again."
+        ),
     },
     "resolve": {
-        "title": "Resolve capture {pk}",
-        "button": "Resolve capture",
-        "explain": "The capture is closed as resolved: nothing is dispatched, nothing runs again.",
+        "title": _("Resolve capture %(pk)s"),
+        "button": _("Resolve capture"),
+        "explain": _("The capture is closed as resolved: nothing is dispatched, nothing runs again."),
     },
 }
 
 
 class ReasonForm(forms.Form):
     reason = forms.CharField(
-        label="Reason",
+        label=_("Reason"),
         max_length=reconciling.REASON_LIMIT,
-        error_messages={"required": "Give the reason for this decision."},
+        error_messages={"required": _("Give the reason for this decision.")},
         widget=forms.Textarea(attrs={"rows": 4, "cols": 60, "aria-describedby": "reason-help"}),
-        help_text="Why this is the right decision, e.g. what you checked in the other system. Kept on the capture.",
+        help_text=_("Why this is the right decision, e.g. what you checked in the other system. Kept on the capture."),
     )
 
     def clean_reason(self) -> str:
         text = str(self.cleaned_data.get("reason", "")).strip()
         if not text:
-            raise forms.ValidationError("Give the reason for this decision.")
+            raise forms.ValidationError(_("Give the reason for this decision."))
         return text
 
 
@@ -99,7 +102,7 @@ class RecordRunsMixin(admin.ModelAdmin):  # type: ignore[type-arg]
         fields = tuple(super().get_readonly_fields(request, obj))
         return (*fields, "workflow_runs") if obj is not None else fields
 
-    @admin.display(description="workflow runs")
+    @admin.display(description=_("workflow runs"))
     def workflow_runs(self, obj: Any) -> str:
         label, pk = obj._meta.label_lower, str(obj.pk)
         started = [
@@ -152,16 +155,16 @@ class CaptureAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the retention task deletes old dispatched captures; the rest is evidence
 
-    @admin.display(description="record")
+    @admin.display(description=_("record"))
     def record(self, obj: Capture) -> str:
         return record_link(obj)
 
-    @admin.display(description="runs started")
+    @admin.display(description=_("runs started"))
     def started_runs(self, obj: Capture) -> str:
         ids = [str(i) for i in obj.runs_started or []]
         return run_links(list(queries.runs().filter(id__in=ids).order_by("created_at")))
 
-    @admin.display(description="last error")
+    @admin.display(description=_("last error"))
     def error(self, obj: Capture) -> str:
         return obj.last_error[:120]
 
@@ -210,7 +213,7 @@ class CaptureAdmin(admin.ModelAdmin):
             request,
             "capture/admin/reconcile_list.html",
             {
-                **self._context(request, "Captures to reconcile"),
+                **self._context(request, str(_("Captures to reconcile"))),
                 "page": page,
                 "rows": [{"capture": c, "record": record_link(c)} for c in page.object_list],
                 "shown": shown,
@@ -238,8 +241,11 @@ class CaptureAdmin(admin.ModelAdmin):
             except WorkflowError as error:
                 refused = error.message
             else:
-                outcome = "queued for dispatch again" if done.replayed else "resolved"
-                self.message_user(request, f"Capture {done.pk} was {outcome}.", messages.SUCCESS)
+                if done.replayed:
+                    notice = _("Capture %(pk)s was queued for dispatch again.") % {"pk": done.pk}
+                else:
+                    notice = _("Capture %(pk)s was resolved.") % {"pk": done.pk}
+                self.message_user(request, notice, messages.SUCCESS)
                 return HttpResponseRedirect(back)
         text = DECISIONS[decision]
         status = 409 if refused else 200
@@ -247,7 +253,7 @@ class CaptureAdmin(admin.ModelAdmin):
             request,
             "capture/admin/reconcile_confirm.html",
             {
-                **self._context(request, text["title"].format(pk=capture.pk)),
+                **self._context(request, str(text["title"] % {"pk": capture.pk})),
                 "capture": capture,
                 "record": record_link(capture),
                 "decision": decision,

@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class CaptureConfig(AppConfig):
     name = "capture"
-    verbose_name = "Record capture"
+    verbose_name = _("Record capture")
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

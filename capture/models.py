@@ -17,41 +17,45 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models.functions import Now
+from django.utils.translation import gettext_lazy as _
 
 from workflows.models.fields import json_field
 
 
 class CaptureStatus(models.TextChoices):
-    PENDING = "PENDING"
-    DISPATCHING = "DISPATCHING"
-    DISPATCHED = "DISPATCHED"
-    FAILED = "FAILED"
-    OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
-    RESOLVED = "RESOLVED"
+    PENDING = "PENDING", _("Pending")
+    DISPATCHING = "DISPATCHING", _("Dispatching")
+    DISPATCHED = "DISPATCHED", _("Dispatched")
+    FAILED = "FAILED", _("Failed")
+    OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN", _("Outcome Unknown")
+    RESOLVED = "RESOLVED", _("Resolved")
 
 
 UNRESOLVED = (CaptureStatus.FAILED, CaptureStatus.OUTCOME_UNKNOWN)
 
 
 class CaptureEvent(models.TextChoices):
-    CREATED = "created"
-    UPDATED = "updated"
-    DELETED = "deleted"
+    CREATED = "created", _("Created")
+    UPDATED = "updated", _("Updated")
+    DELETED = "deleted", _("Deleted")
 
 
 class Capture(models.Model):
     id = models.BigAutoField(primary_key=True)
-    model = models.CharField(max_length=255, help_text="app_label.ModelName of the changed record")
-    object_pk = models.CharField("record key", max_length=255)
+    model = models.CharField(max_length=255, help_text=_("app_label.ModelName of the changed record"))
+    object_pk = models.CharField(_("record key"), max_length=255)
     event = models.CharField(max_length=16, choices=CaptureEvent.choices)
     # Only the fields the triggers need (bounded: see recording.SNAPSHOT_MAX_BYTES).
     snapshot = json_field(null=True, blank=True)
     previous = json_field(null=True, blank=True)  # updates: the same fields before the change
     changed = json_field(default=list, blank=True)  # updates: names of the fields that changed
-    actor_pk = models.CharField("acting user id", max_length=255, blank=True, default="")
-    actor_name = models.CharField("acting user", max_length=150, blank=True, default="")
+    actor_pk = models.CharField(_("acting user id"), max_length=255, blank=True, default="")
+    actor_name = models.CharField(_("acting user"), max_length=150, blank=True, default="")
     registry_stamp = models.CharField(
-        max_length=255, blank=True, default="", help_text="the triggers this process knew at capture time (diagnostic)"
+        max_length=255,
+        blank=True,
+        default="",
+        help_text=_("the triggers this process knew at capture time (diagnostic)"),
     )
     status = models.CharField(max_length=16, choices=CaptureStatus.choices, default=CaptureStatus.PENDING)
     claim_token = models.UUIDField(null=True, blank=True)
@@ -60,7 +64,7 @@ class Capture(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     available_at = models.DateTimeField(db_default=Now())
     last_error = models.CharField(max_length=1000, blank=True, default="")
-    effect_started_at = models.DateTimeField("effect marker", null=True, blank=True)
+    effect_started_at = models.DateTimeField(_("effect marker"), null=True, blank=True)
     runs_started = json_field(default=list, blank=True)  # ids of the runs the dispatch recorded
     runs_cancelled = json_field(default=list, blank=True)  # ids of the runs a deletion tore down
     created_at = models.DateTimeField(db_default=Now())
@@ -69,10 +73,14 @@ class Capture(models.Model):
     reconciled_by = models.CharField(max_length=150, blank=True, default="")
     reconciled_at = models.DateTimeField(null=True, blank=True)
     reconcile_reason = models.CharField(max_length=1000, blank=True, default="")
-    replayed = models.BooleanField(null=True, blank=True, help_text="the last reconcile: replay (yes) or resolve (no)")
+    replayed = models.BooleanField(
+        null=True, blank=True, help_text=_("the last reconcile: replay (yes) or resolve (no)")
+    )
     replays = models.PositiveIntegerField(default=0)
 
     class Meta:
+        verbose_name = _("capture")
+        verbose_name_plural = _("captures")
         db_table = "capture_captures"
         ordering = ("-id",)
         permissions = [("reconcile_capture", "Can reconcile captures (replay or resolve)")]

@@ -105,6 +105,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # the browser's Accept-Language picks one of LANGUAGES (after sessions, before common)
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -189,7 +191,11 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/tasks/"
 LOGOUT_REDIRECT_URL = "signed_out"  # accounts.views.SignedOutView, for the admin's sign-out too
-LANGUAGE_CODE = "en-us"
+LANGUAGE_CODE = "en"
+# the languages the apps ship translations for (each app's locale/ folder; the project's own
+# templates in config/locale); LocaleMiddleware picks one from the browser's Accept-Language
+LANGUAGES = [("en", "English"), ("de", "Deutsch")]
+LOCALE_PATHS = [BASE_DIR / "config" / "locale"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True

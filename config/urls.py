@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.templatetags.static import static
 from django.urls import include, path
+from django.utils.translation import gettext_lazy as _
 from django.views.generic import RedirectView
 
 from accounts.forms import ThrottledAdminAuthenticationForm
@@ -11,7 +12,7 @@ from workflows.views.health import healthz
 # Both sign-in pages count failed passwords per user name and per address (accounts.throttle).
 admin.site.login_form = ThrottledAdminAuthenticationForm
 # The reference site's admin is Switchyard's; a host keeps its own admin's name.
-admin.site.site_header = admin.site.site_title = "Switchyard administration"
+admin.site.site_header = admin.site.site_title = _("Switchyard administration")
 
 # Switchyard's error pages; under /api/ they answer problem+json (workflows.views.errors).
 handler403 = "workflows.views.errors.forbidden"

@@ -67,14 +67,15 @@ def source_files() -> list[str]:
 
 
 def expected_package_data() -> set[str]:
-    """Every template, static file, SQL file and migration of the three apps, as archive names."""
+    """Every template, static file, SQL file, translation catalog and migration of the three apps,
+    as archive names."""
     found: set[str] = set()
     for app in APPS:
         for path in (ROOT / app).rglob("*"):
             relative = path.relative_to(ROOT).as_posix()
             if "__pycache__" in relative or not path.is_file():
                 continue
-            data = "/templates/" in relative or "/static/" in relative or path.suffix == ".sql"
+            data = any(f"/{kind}/" in relative for kind in ("templates", "static", "locale")) or path.suffix == ".sql"
             if data or ("/migrations/" in relative and path.suffix == ".py"):
                 found.add(relative)
     return found
@@ -104,6 +105,7 @@ def test_the_wheel_and_the_sdist_hold_the_apps_and_nothing_of_the_reference_site
     assert {name.split("/")[0] for name in names} == {*APPS, "switchyard-0.1.0.dist-info"}
     assert expected_package_data() <= names, sorted(expected_package_data() - names)
     assert "workflows/templates/switchyard/base.html" in names
+    assert "workflows/locale/de/LC_MESSAGES/django.mo" in names  # a host compiles nothing of ours
     assert any(n.startswith("workflows/management/commands/") for n in names)
     assert not [n for n in names if n.startswith(NOT_SHIPPED)]
     # runtime dependencies as ranges; the embedded PostgreSQL only as an extra

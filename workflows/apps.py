@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class WorkflowsConfig(AppConfig):
     name = "workflows"
-    verbose_name = "Workflows"
+    verbose_name = _("Workflows")
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

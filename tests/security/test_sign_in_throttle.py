@@ -51,7 +51,7 @@ def test_thirty_wrong_passwords_then_the_right_one_is_refused(page: str, demo_us
     assert set(answers[4:]) == {429}  # the fifth failure locks
     assert right.status_code == 429
     assert not right.signed_in
-    assert LOCKED_MESSAGE in right.content.decode()
+    assert str(LOCKED_MESSAGE) in right.content.decode()
 
 
 def test_a_locked_user_name_is_refused_from_every_address(demo_users: dict[str, Any]) -> None:
@@ -111,6 +111,6 @@ def test_the_lock_message_and_the_stored_rows_repeat_nothing_typed(demo_users: d
         response = sign_in("approvers", secret_guess, "pw")
 
     alert = response.content.decode().split('role="alert">')[1].split("</p>")[0]
-    assert alert.strip() == LOCKED_MESSAGE
+    assert alert.strip() == str(LOCKED_MESSAGE)
     stored = [str(v) for row in SignInFailures.objects.values_list("key", "failures") for v in row]
     assert not [v for v in stored if secret_guess in v or "192.0.2.10" in v]

@@ -23,6 +23,12 @@ from workflows.access import Capability
 from workflows.exceptions import WorkflowError
 from workflows.models import Activation, DefinitionVersion
 
+PUBLISHED = _("Published %(count)s version(s).")
+ACTIVATED = _("Activated %(count)s version(s).")
+DEPRECATED = _("Deprecated %(count)s version(s).")
+RETIRED = _("Retired %(count)s version(s).")
+REINSTATED = _("Reinstated %(count)s version(s).")
+
 
 def _each(
     modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Any], verb: str, call: Callable[[Any], Any]
@@ -35,7 +41,7 @@ def _each(
         except WorkflowError as error:
             modeladmin.message_user(request, f"{row}: {error.code}: {error.message}", messages.ERROR)
     if done:
-        modeladmin.message_user(request, f"{verb} {done} version(s).", messages.SUCCESS)
+        modeladmin.message_user(request, verb % {"count": done}, messages.SUCCESS)
 
 
 def _key(row: DefinitionVersion) -> dict[str, Any]:
@@ -67,7 +73,7 @@ class DefinitionVersionAdmin(admin.ModelAdmin):
             obj.text,
         )
 
-    @admin.display(description="plan hash")
+    @admin.display(description=_("plan hash"))
     def short_hash(self, obj: DefinitionVersion) -> str:
         return obj.plan_hash[:12]
 
@@ -87,26 +93,26 @@ class DefinitionVersionAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # retire instead: rows are the pins of runs
 
-    @admin.action(description="Publish selected versions", permissions=["deploy"])
+    @admin.action(description=_("Publish selected versions"), permissions=["deploy"])
     def publish(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        _each(self, request, queryset, "Published", lambda row: definitions.publish(**_key(row)))
+        _each(self, request, queryset, str(PUBLISHED), lambda row: definitions.publish(**_key(row)))
 
-    @admin.action(description="Activate selected versions in their scope", permissions=["deploy"])
+    @admin.action(description=_("Activate selected versions in their scope"), permissions=["deploy"])
     def activate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         user = request.user.get_username()
-        _each(self, request, queryset, "Activated", lambda row: definitions.activate(**_key(row), updated_by=user))
+        _each(self, request, queryset, str(ACTIVATED), lambda row: definitions.activate(**_key(row), updated_by=user))
 
-    @admin.action(description="Deprecate selected versions", permissions=["deploy"])
+    @admin.action(description=_("Deprecate selected versions"), permissions=["deploy"])
     def deprecate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        _each(self, request, queryset, "Deprecated", lambda row: definitions.deprecate(**_key(row)))
+        _each(self, request, queryset, str(DEPRECATED), lambda row: definitions.deprecate(**_key(row)))
 
-    @admin.action(description="Retire selected versions", permissions=["deploy"])
+    @admin.action(description=_("Retire selected versions"), permissions=["deploy"])
     def retire(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        _each(self, request, queryset, "Retired", lambda row: definitions.retire(**_key(row)))
+        _each(self, request, queryset, str(RETIRED), lambda row: definitions.retire(**_key(row)))
 
-    @admin.action(description="Reinstate selected versions", permissions=["deploy"])
+    @admin.action(description=_("Reinstate selected versions"), permissions=["deploy"])
     def reinstate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        _each(self, request, queryset, "Reinstated", lambda row: definitions.reinstate(**_key(row)))
+        _each(self, request, queryset, str(REINSTATED), lambda row: definitions.reinstate(**_key(row)))
 
 
 @admin.register(Activation)
@@ -133,7 +139,9 @@ class ActivationAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    @admin.action(description="Remove the record (follow the default / deactivate the default)", permissions=["deploy"])
+    @admin.action(
+        description=_("Remove the record (follow the default / deactivate the default)"), permissions=["deploy"]
+    )
     def follow_default(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         for row in queryset:
             try:
@@ -143,4 +151,4 @@ class ActivationAdmin(admin.ModelAdmin):
                     definitions.follow(scope=row.scope, definition_id=row.definition_id)
             except WorkflowError as error:
                 self.message_user(request, f"{row}: {error.code}: {error.message}", messages.ERROR)
-        self.message_user(request, "Records removed.", messages.SUCCESS)
+        self.message_user(request, _("Records removed."), messages.SUCCESS)

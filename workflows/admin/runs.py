@@ -25,6 +25,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
 
 from workflows import access, conf, operations
 from workflows.access import Capability
@@ -36,7 +37,7 @@ UNSETTLED = ("PENDING", "DEFERRED", "CLAIMED")
 
 def _viewer_link(run_id: Any, text: str | None = None) -> str:
     url = reverse("workflows:runs:detail", args=[run_id])
-    return format_html('<a href="{}">{}</a>', url, text or "Open run viewer")
+    return format_html('<a href="{}">{}</a>', url, text or _("Open run viewer"))
 
 
 class _ReadOnly(admin.ModelAdmin):
@@ -67,7 +68,9 @@ def _retry_runs(modeladmin: admin.ModelAdmin, request: HttpRequest, run_ids: lis
         except WorkflowError as error:
             modeladmin.message_user(request, f"Run {run_id}: {error.code}: {error.message}", messages.ERROR)
     if done:
-        modeladmin.message_user(request, f"Recorded a retry for {done} run(s).", messages.SUCCESS)
+        modeladmin.message_user(
+            request, _("Recorded a retry for %(count)s run(s).") % {"count": done}, messages.SUCCESS
+        )
 
 
 # --- runs ------------------------------------------------------------------------------------
@@ -99,15 +102,15 @@ class RunAdmin(_ReadOnly):
         except ValueError:
             return super().get_search_results(request, queryset, search_term)
 
-    @admin.display(description="run")
+    @admin.display(description=_("run"))
     def short_id(self, obj: Run) -> str:
         return str(obj.id)[:8]
 
-    @admin.display(description="run viewer")
+    @admin.display(description=_("run viewer"))
     def viewer(self, obj: Run) -> str:
         return _viewer_link(obj.id)
 
-    @admin.action(description="Retry selected runs (failed runs, dead-lettered commands)", permissions=["retry"])
+    @admin.action(description=_("Retry selected runs (failed runs, dead-lettered commands)"), permissions=["retry"])
     def retry(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         _retry_runs(self, request, list(queryset.order_by("created_at").values_list("id", flat=True)))
 
@@ -119,11 +122,16 @@ class AttentionFilter(admin.SimpleListFilter):
     """Commands that need someone: stuck (unsettled past STUCK_AFTER_SECONDS, on the database
     clock), dead-lettered, deferred (no node can run them) and outcome unknown."""
 
-    title = "needs attention"
+    title = _("needs attention")
     parameter_name = "attention"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("stuck", "Stuck"), ("dead", "Dead"), ("deferred", "Deferred"), ("outcome_unknown", "Outcome unknown")]
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:  # labels: lazy text
+        return [
+            ("stuck", _("Stuck")),
+            ("dead", _("Dead")),
+            ("deferred", _("Deferred")),
+            ("outcome_unknown", _("Outcome unknown")),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Command]) -> QuerySet[Command]:
         value = self.value()
@@ -144,23 +152,23 @@ class ReconcileForm(forms.Form):
     # not "action": the admin reads that field for the action's own name
     decision = forms.ChoiceField(
         choices=[
-            ("resolve", "Resolve: the effect happened; continue after it without running it again"),
-            ("replay", "Replay: the effect did not happen; run the command again, effect included"),
+            ("resolve", _("Resolve: the effect happened; continue after it without running it again")),
+            ("replay", _("Replay: the effect did not happen; run the command again, effect included")),
         ],
         widget=forms.RadioSelect,
-        label="Decision",
+        label=_("Decision"),
     )
     reason = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
         max_length=1000,
-        label="Reason",
-        help_text="Required. What you checked in the outside world; kept on the command and in the run's history.",
+        label=_("Reason"),
+        help_text=_("Required. What you checked in the outside world; kept on the command and in the run's history."),
     )
 
     def clean_reason(self) -> str:
         reason = " ".join(str(self.cleaned_data.get("reason", "")).split())
         if not reason:
-            raise forms.ValidationError("A reason is required.")
+            raise forms.ValidationError(_("A reason is required."))
         return reason
 
 
@@ -185,30 +193,30 @@ class CommandAdmin(_ReadOnly):
     readonly_fields = ["viewer", *[f.name for f in Command._meta.fields]]
     list_select_related = ("run",)
 
-    @admin.display(description="run")
+    @admin.display(description=_("run"))
     def run_link(self, obj: Command) -> str:
         return _viewer_link(obj.run_id, f"{obj.run.definition_id} {str(obj.run_id)[:8]}")
 
-    @admin.display(description="run viewer")
+    @admin.display(description=_("run viewer"))
     def viewer(self, obj: Command) -> str:
         return _viewer_link(obj.run_id)
 
-    @admin.display(description="last error")
+    @admin.display(description=_("last error"))
     def error(self, obj: Command) -> str:
         return obj.last_error[:120]
 
-    @admin.display(description="reconciled")
+    @admin.display(description=_("reconciled"))
     def reconciled(self, obj: Command) -> str:
         if not obj.reconcile_action:
             return ""
         return f"{obj.reconcile_action} by {obj.reconciled_by}"
 
-    @admin.action(description="Retry the runs of selected commands", permissions=["retry"])
+    @admin.action(description=_("Retry the runs of selected commands"), permissions=["retry"])
     def retry(self, request: HttpRequest, queryset: QuerySet[Command]) -> None:
         run_ids = list(dict.fromkeys(queryset.order_by("recorded_at").values_list("run_id", flat=True)))
         _retry_runs(self, request, run_ids)
 
-    @admin.action(description="Reconcile selected OUTCOME_UNKNOWN commands…", permissions=["operate"])
+    @admin.action(description=_("Reconcile selected OUTCOME_UNKNOWN commands…"), permissions=["operate"])
     def reconcile(self, request: HttpRequest, queryset: QuerySet[Command]) -> HttpResponse | None:
         form = ReconcileForm(request.POST if "apply" in request.POST else None)
         if "apply" in request.POST and form.is_valid():
@@ -223,7 +231,11 @@ class CommandAdmin(_ReadOnly):
                 except WorkflowError as error:
                     self.message_user(request, f"Command {command.id}: {error.code}: {error.message}", messages.ERROR)
             if done:
-                self.message_user(request, f"Reconciled {done} command(s) ({action}).", messages.SUCCESS)
+                self.message_user(
+                    request,
+                    _("Reconciled %(count)s command(s) (%(action)s).") % {"count": done, "action": action},
+                    messages.SUCCESS,
+                )
             return None
         commands = list(queryset.select_related("run").order_by("recorded_at"))
         markers = {m.command_id: m.step for m in _markers(commands)}
@@ -232,7 +244,7 @@ class CommandAdmin(_ReadOnly):
             "workflows/runs/admin_reconcile.html",
             {
                 **self.admin_site.each_context(request),
-                "title": "Reconcile commands",
+                "title": _("Reconcile commands"),
                 "opts": self.model._meta,
                 "form": form,
                 "rows": [{"command": c, "step": markers.get(c.id, "")} for c in commands],

@@ -20,6 +20,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
 
 from workflows import access, operations, users
 from workflows.access import Capability
@@ -30,11 +31,11 @@ OPEN = ("OPEN", "COMPLETING")
 
 
 class OpenFilter(admin.SimpleListFilter):
-    title = "open"
+    title = _("open")
     parameter_name = "open"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "Open"), ("no", "Closed")]
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:  # labels: lazy text
+        return [("yes", _("Open")), ("no", _("Closed"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Task]) -> QuerySet[Task]:
         if self.value() == "yes":
@@ -47,11 +48,11 @@ class OpenFilter(admin.SimpleListFilter):
 class OverdueFilter(admin.SimpleListFilter):
     """Open tasks past their due date, on the database clock (the one due dates are set on)."""
 
-    title = "overdue"
+    title = _("overdue")
     parameter_name = "overdue"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "Overdue")]
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:  # labels: lazy text
+        return [("yes", _("Overdue"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Task]) -> QuerySet[Task]:
         if self.value() == "yes":
@@ -60,7 +61,7 @@ class OverdueFilter(admin.SimpleListFilter):
 
 
 class AssigneeFilter(admin.SimpleListFilter):
-    title = "assignee"
+    title = _("assignee")
     parameter_name = "assignee"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -81,8 +82,8 @@ class AssigneeFilter(admin.SimpleListFilter):
 
 
 class ReassignForm(forms.Form):
-    mode = forms.ChoiceField(choices=[("user", "A user"), ("group", "A group")], label="Assign to")
-    value = forms.CharField(max_length=255, label="Username or group name")
+    mode = forms.ChoiceField(choices=[("user", _("A user")), ("group", _("A group"))], label=_("Assign to"))
+    value = forms.CharField(max_length=255, label=_("Username or group name"))
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -121,20 +122,20 @@ class TaskAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
         return super().get_queryset(request).annotate(db_now=Now())
 
-    @admin.display(description="run")
+    @admin.display(description=_("run"))
     def run_link(self, obj: Task) -> str:
         return format_html("{} <span class='quiet'>{}</span>", obj.run.definition_id, obj.run.business_key or "")
 
-    @admin.display(description="assigned to")
+    @admin.display(description=_("assigned to"))
     def assignee(self, obj: Task) -> str:
         return f"{'group ' if obj.assignment_mode == 'group' else ''}{obj.assignment_value}"
 
-    @admin.display(description="overdue", boolean=True)
+    @admin.display(description=_("overdue"), boolean=True)
     def overdue(self, obj: Task) -> bool:
         now = getattr(obj, "db_now", None)
         return bool(obj.status == "OPEN" and obj.due_at is not None and now is not None and obj.due_at <= now)
 
-    @admin.display(description="task page")
+    @admin.display(description=_("task page"))
     def task_page(self, obj: Task) -> str:
         url = reverse("workflows:task", args=[obj.id])
         return format_html('<a href="{}">{}</a>', url, url)
@@ -152,7 +153,7 @@ class TaskAdmin(admin.ModelAdmin):
     def has_reassign_permission(self, request: HttpRequest) -> bool:
         return access.has(request.user, Capability.ACT_ON_ANY_TASK)
 
-    @admin.action(description="Reassign selected tasks…", permissions=["reassign"])
+    @admin.action(description=_("Reassign selected tasks…"), permissions=["reassign"])
     def reassign(self, request: HttpRequest, queryset: QuerySet[Task]) -> HttpResponse | None:
         form = ReassignForm(request.POST if "apply" in request.POST else None)
         if "apply" in request.POST and form.is_valid():
@@ -165,14 +166,19 @@ class TaskAdmin(admin.ModelAdmin):
                 except WorkflowError as error:
                     self.message_user(request, f"“{task.title}”: {error.code}: {error.message}", messages.ERROR)
             if done:
-                self.message_user(request, f"Reassigned {done} task(s) to {mode} {value}.", messages.SUCCESS)
+                self.message_user(
+                    request,
+                    _("Reassigned %(count)s task(s) to %(mode)s %(value)s.")
+                    % {"count": done, "mode": mode, "value": value},
+                    messages.SUCCESS,
+                )
             return None
         return TemplateResponse(
             request,
             "workflows/tasks/admin_reassign.html",
             {
                 **self.admin_site.each_context(request),
-                "title": "Reassign tasks",
+                "title": _("Reassign tasks"),
                 "opts": self.model._meta,
                 "form": form,
                 "tasks": queryset.order_by("created_at"),

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
+from django.utils import translation
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import exceptions, serializers
@@ -122,6 +125,14 @@ class ApiView(APIView):
     permission_classes: list[type[BasePermission]] = [IsAuthenticated]
     read_permission: type[BasePermission] | None = None
     write_permission: type[BasePermission] | None = None
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        # the API answers in English whatever the Accept-Language: its titles and details sit
+        # next to stable machine-readable codes (a contract); only the browser pages translate
+        with translation.override("en"):
+            response = super().dispatch(request, *args, **kwargs)
+        response.headers["Content-Language"] = "en"
+        return response
 
     def get_permissions(self) -> list[BasePermission]:
         chosen = self.read_permission if self.request.method in SAFE_METHODS else self.write_permission

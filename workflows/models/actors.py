@@ -1,19 +1,20 @@
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class ActorKind(models.TextChoices):
-    USER = "USER"
-    SERVICE = "SERVICE"
-    SYSTEM = "SYSTEM"
-    NONE = "NONE"
+    USER = "USER", _("User")
+    SERVICE = "SERVICE", _("Service")
+    SYSTEM = "SYSTEM", _("System")
+    NONE = "NONE", _("None")
 
 
 class AttributionStatus(models.TextChoices):
-    VERIFIED = "VERIFIED"
-    ABSENT = "ABSENT"
-    DEGRADED = "DEGRADED"
+    VERIFIED = "VERIFIED", _("Verified")
+    ABSENT = "ABSENT", _("Absent")
+    DEGRADED = "DEGRADED", _("Degraded")
 
 
 class ActorColumns(models.Model):

@@ -1,17 +1,18 @@
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from workflows.models.fields import json_field
 
 
 class BranchStatus(models.TextChoices):
-    RUNNING = "RUNNING"
-    WAITING = "WAITING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    SUPERSEDED = "SUPERSEDED"
+    RUNNING = "RUNNING", _("Running")
+    WAITING = "WAITING", _("Waiting")
+    COMPLETED = "COMPLETED", _("Completed")
+    FAILED = "FAILED", _("Failed")
+    CANCELLED = "CANCELLED", _("Cancelled")
+    SUPERSEDED = "SUPERSEDED", _("Superseded")
 
 
 class Branch(models.Model):

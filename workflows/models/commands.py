@@ -1,41 +1,42 @@
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from workflows.models.actors import ActorColumns
 from workflows.models.fields import json_field
 
 
 class CommandKind(models.TextChoices):
-    START = "START"
-    SIGNAL = "SIGNAL"
-    COMPLETION = "COMPLETION"
-    TIMER = "TIMER"
-    RETRY = "RETRY"
-    MIGRATION = "MIGRATION"
-    RESUME = "RESUME"  # a called (child) run ended: resume its caller at the call step
+    START = "START", _("Start")
+    SIGNAL = "SIGNAL", _("Signal")
+    COMPLETION = "COMPLETION", _("Completion")
+    TIMER = "TIMER", _("Timer")
+    RETRY = "RETRY", _("Retry")
+    MIGRATION = "MIGRATION", _("Migration")
+    RESUME = "RESUME", _("Resume")  # a called (child) run ended: resume its caller at the call step
 
 
 class TimerKind(models.TextChoices):
-    FIRE = "FIRE"
-    TIMEOUT = "TIMEOUT"
-    DUE = "DUE"
-    REMINDER = "REMINDER"
+    FIRE = "FIRE", _("Fire")
+    TIMEOUT = "TIMEOUT", _("Timeout")
+    DUE = "DUE", _("Due")
+    REMINDER = "REMINDER", _("Reminder")
 
 
 class CommandStatus(models.TextChoices):
-    PENDING = "PENDING"
-    DEFERRED = "DEFERRED"
-    CLAIMED = "CLAIMED"
-    COMPLETE = "COMPLETE"
-    PARKED = "PARKED"
-    REJECTED = "REJECTED"
-    STALE = "STALE"
-    FAILED = "FAILED"
-    DEAD = "DEAD"
-    CANCELLED = "CANCELLED"
-    SUPERSEDED = "SUPERSEDED"
-    OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
+    PENDING = "PENDING", _("Pending")
+    DEFERRED = "DEFERRED", _("Deferred")
+    CLAIMED = "CLAIMED", _("Claimed")
+    COMPLETE = "COMPLETE", _("Complete")
+    PARKED = "PARKED", _("Parked")
+    REJECTED = "REJECTED", _("Rejected")
+    STALE = "STALE", _("Stale")
+    FAILED = "FAILED", _("Failed")
+    DEAD = "DEAD", _("Dead")
+    CANCELLED = "CANCELLED", _("Cancelled")
+    SUPERSEDED = "SUPERSEDED", _("Superseded")
+    OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN", _("Outcome Unknown")
 
 
 UNSETTLED = (CommandStatus.PENDING, CommandStatus.DEFERRED, CommandStatus.CLAIMED)
@@ -87,6 +88,8 @@ class Command(ActorColumns):
     reconcile_action = models.CharField(max_length=16, blank=True, default="")
 
     class Meta:
+        verbose_name = _("command")
+        verbose_name_plural = _("commands")
         db_table = "workflow_commands"
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="workflow_command_position")]
         indexes = [
@@ -167,11 +170,11 @@ class Dedup(models.Model):
 
 class Timer(models.Model):
     class Status(models.TextChoices):
-        SCHEDULED = "SCHEDULED"
-        FIRED = "FIRED"
-        CANCELLED = "CANCELLED"
-        FAILED = "FAILED"
-        STALE = "STALE"
+        SCHEDULED = "SCHEDULED", _("Scheduled")
+        FIRED = "FIRED", _("Fired")
+        CANCELLED = "CANCELLED", _("Cancelled")
+        FAILED = "FAILED", _("Failed")
+        STALE = "STALE", _("Stale")
 
     id = models.BigAutoField(primary_key=True)
     run = models.ForeignKey(
@@ -205,11 +208,11 @@ class OutboxIntent(models.Model):
     """A side effect a segment decided on, delivered after commit (at least once)."""
 
     class Status(models.TextChoices):
-        PENDING = "PENDING"
-        DELIVERING = "DELIVERING"
-        DELIVERED = "DELIVERED"
-        FAILED = "FAILED"
-        DEAD = "DEAD"
+        PENDING = "PENDING", _("Pending")
+        DELIVERING = "DELIVERING", _("Delivering")
+        DELIVERED = "DELIVERED", _("Delivered")
+        FAILED = "FAILED", _("Failed")
+        DEAD = "DEAD", _("Dead")
 
     id = models.BigAutoField(primary_key=True)
     run = models.ForeignKey("workflows.Run", on_delete=models.CASCADE, related_name="intents")

@@ -8,11 +8,11 @@ from workflows.models.fields import json_field
 
 
 class DefinitionStatus(models.TextChoices):
-    CANDIDATE = "CANDIDATE"
-    PUBLISHING = "PUBLISHING"
-    AVAILABLE = "AVAILABLE"
-    DEPRECATED = "DEPRECATED"
-    RETIRED = "RETIRED"
+    CANDIDATE = "CANDIDATE", _("Candidate")
+    PUBLISHING = "PUBLISHING", _("Publishing")
+    AVAILABLE = "AVAILABLE", _("Available")
+    DEPRECATED = "DEPRECATED", _("Deprecated")
+    RETIRED = "RETIRED", _("Retired")
 
 
 class DefinitionVersion(models.Model):
@@ -55,6 +55,8 @@ class DefinitionVersion(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        verbose_name = _("definition version")
+        verbose_name_plural = _("definition versions")
         db_table = "workflow_definitions"
         constraints = [
             models.UniqueConstraint(fields=["scope", "definition_id", "version"], name="workflow_definition_key"),
@@ -80,6 +82,8 @@ class Activation(models.Model):
     updated_by = models.CharField(max_length=255, blank=True, default="")
 
     class Meta:
+        verbose_name = _("activation")
+        verbose_name_plural = _("activations")
         db_table = "workflow_activations"
         constraints = [models.UniqueConstraint(fields=["scope", "definition_id"], name="workflow_activation_key")]
 

@@ -11,28 +11,29 @@ outcome.
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from workflows.models.fields import json_field
 
 
 class MigrationRecordStatus(models.TextChoices):
-    PREVIEWED = "PREVIEWED"  # runs frozen, nothing applied yet
-    APPLYING = "APPLYING"  # some items recorded or applied, some left
-    PAUSED = "PAUSED"  # the background apply was paused by an operator; resume continues it
-    DONE = "DONE"  # every item has an outcome
-    CLOSED = "CLOSED"  # closed as partially applied (with a reason): the items left are NOT_APPLIED
-    DISCARDED = "DISCARDED"  # the preview was abandoned before Apply
+    PREVIEWED = "PREVIEWED", _("Previewed")  # runs frozen, nothing applied yet
+    APPLYING = "APPLYING", _("Applying")  # some items recorded or applied, some left
+    PAUSED = "PAUSED", _("Paused")  # the background apply was paused by an operator; resume continues it
+    DONE = "DONE", _("Done")  # every item has an outcome
+    CLOSED = "CLOSED", _("Closed")  # closed as partially applied (with a reason): the items left are NOT_APPLIED
+    DISCARDED = "DISCARDED", _("Discarded")  # the preview was abandoned before Apply
 
 
 class MigrationItemStatus(models.TextChoices):
-    SELECTED = "SELECTED"  # frozen at preview, no command yet
-    RECORDED = "RECORDED"  # MIGRATION command recorded, not yet executed
-    MOVED = "MOVED"
-    CANCELLED = "CANCELLED"
-    ENDED = "ENDED"
-    MOVED_ON = "MOVED_ON"  # an approver, a timer or another writer reached the run first
-    REJECTED = "REJECTED"  # the executor's checks refused it (the run is unchanged)
-    NOT_APPLIED = "NOT_APPLIED"  # left when the record was closed (or its preview discarded)
+    SELECTED = "SELECTED", _("Selected")  # frozen at preview, no command yet
+    RECORDED = "RECORDED", _("Recorded")  # MIGRATION command recorded, not yet executed
+    MOVED = "MOVED", _("Moved")
+    CANCELLED = "CANCELLED", _("Cancelled")
+    ENDED = "ENDED", _("Ended")
+    MOVED_ON = "MOVED_ON", _("Moved On")  # an approver, a timer or another writer reached the run first
+    REJECTED = "REJECTED", _("Rejected")  # the executor's checks refused it (the run is unchanged)
+    NOT_APPLIED = "NOT_APPLIED", _("Not applied")  # left when the record was closed (or its preview discarded)
 
 
 OPEN_ITEM_STATUSES = (MigrationItemStatus.SELECTED, MigrationItemStatus.RECORDED)

@@ -1,15 +1,16 @@
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class ParkKind(models.TextChoices):
-    SIGNAL = "SIGNAL"
-    TIMER = "TIMER"
-    TASK = "TASK"
-    CALL = "CALL"
-    JOIN = "JOIN"
-    BRANCH = "BRANCH"
+    SIGNAL = "SIGNAL", _("Signal")
+    TIMER = "TIMER", _("Timer")
+    TASK = "TASK", _("Task")
+    CALL = "CALL", _("Call")
+    JOIN = "JOIN", _("Join")
+    BRANCH = "BRANCH", _("Branch")
 
 
 class Park(models.Model):

@@ -4,21 +4,22 @@ import uuid
 
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from workflows.models.actors import ActorColumns
 from workflows.models.fields import json_field
 
 
 class RunStatus(models.TextChoices):
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    WAITING = "WAITING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    COMPENSATING = "COMPENSATING"
-    COMPENSATED = "COMPENSATED"
-    EXPIRED = "EXPIRED"
+    PENDING = "PENDING", _("Pending")
+    RUNNING = "RUNNING", _("Running")
+    WAITING = "WAITING", _("Waiting")
+    COMPLETED = "COMPLETED", _("Completed")
+    FAILED = "FAILED", _("Failed")
+    CANCELLED = "CANCELLED", _("Cancelled")
+    COMPENSATING = "COMPENSATING", _("Compensating")
+    COMPENSATED = "COMPENSATED", _("Compensated")
+    EXPIRED = "EXPIRED", _("Expired")
 
 
 ENDED_STATUSES = (RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.COMPENSATED, RunStatus.EXPIRED)
@@ -67,6 +68,8 @@ class Run(ActorColumns):
     ended_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("run")
+        verbose_name_plural = _("runs")
         db_table = "workflow_runs"
         indexes = [
             models.Index(fields=["definition_id", "scope", "version", "status"], name="workflow_run_by_pin"),

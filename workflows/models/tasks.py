@@ -6,17 +6,18 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from workflows.models.fields import json_field
 
 
 class TaskStatus(models.TextChoices):
-    OPEN = "OPEN"
-    COMPLETING = "COMPLETING"
-    COMPLETED = "COMPLETED"
-    EXPIRED = "EXPIRED"
-    CANCELLED = "CANCELLED"
-    WITHDRAWN = "WITHDRAWN"
+    OPEN = "OPEN", _("Open")
+    COMPLETING = "COMPLETING", _("Completing")
+    COMPLETED = "COMPLETED", _("Completed")
+    EXPIRED = "EXPIRED", _("Expired")
+    CANCELLED = "CANCELLED", _("Cancelled")
+    WITHDRAWN = "WITHDRAWN", _("Withdrawn")
 
 
 class Task(models.Model):
@@ -56,6 +57,8 @@ class Task(models.Model):
     closed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("task")
+        verbose_name_plural = _("tasks")
         db_table = "workflow_tasks"
         indexes = [
             models.Index(

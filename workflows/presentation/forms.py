@@ -26,6 +26,9 @@ from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext, pgettext
+
 from workflows import jsonvalues
 
 SIMPLE = ("string", "number", "integer", "boolean")
@@ -128,20 +131,20 @@ class Field:
         s, parts = self.schema, []
         lo, hi = s.get("minLength"), s.get("maxLength")
         if isinstance(hi, int) and isinstance(lo, int) and lo > 1:
-            parts.append(f"{lo} to {hi} characters")
+            parts.append(_("%(low)s to %(high)s characters") % {"low": lo, "high": hi})
         elif isinstance(hi, int):
-            parts.append(f"up to {hi} characters")
+            parts.append(_("up to %(high)s characters") % {"high": hi})
         elif isinstance(lo, int) and lo > 1:
-            parts.append(f"at least {lo} characters")
+            parts.append(_("at least %(low)s characters") % {"low": lo})
         lo, hi = s.get("minimum"), s.get("maximum")
         if lo is not None and hi is not None:
-            parts.append(f"from {lo} to {hi}")
+            parts.append(_("from %(low)s to %(high)s") % {"low": lo, "high": hi})
         elif lo is not None:
-            parts.append(f"{lo} or more")
+            parts.append(_("%(low)s or more") % {"low": lo})
         elif hi is not None:
-            parts.append(f"{hi} or less")
+            parts.append(_("%(high)s or less") % {"high": hi})
         if self.kind == "lines":
-            parts.append("one per line")
+            parts.append(_("one per line"))
         if self.kind == "datetime":
             parts.append("UTC")
         text = ", ".join(parts)
@@ -351,7 +354,7 @@ def _read(f: Field, data: Any) -> Any:
         f.value = raw_list
         allowed = {encoded: i for i, (encoded, _) in enumerate(f.choices)}
         if any(r not in allowed for r in raw_list):
-            f.errors.append("Choose only from the offered values.")
+            f.errors.append(_("Choose only from the offered values."))
             return _MISSING
         return [jsonvalues.loads(r) for r in raw_list]
     raw = str(data.get(f.name, ""))
@@ -368,7 +371,7 @@ def _convert(f: Field, raw: str) -> Any:
         if raw == "":
             return _MISSING
         if raw not in {encoded for encoded, _ in f.choices}:
-            raise _Unreadable("Choose one of the offered values.")
+            raise _Unreadable(_("Choose one of the offered values."))
         return jsonvalues.loads(raw)
     if f.kind == "json":
         if raw.strip() == "":
@@ -376,9 +379,9 @@ def _convert(f: Field, raw: str) -> Any:
         try:
             return jsonvalues.loads_input(raw)
         except jsonvalues.NumberOutOfRange:
-            raise _Unreadable("Enter numbers that are finite and at most 1e308 in magnitude.") from None
+            raise _Unreadable(_("Enter numbers that are finite and at most 1e308 in magnitude.")) from None
         except ValueError:
-            raise _Unreadable("Enter valid JSON.") from None
+            raise _Unreadable(_("Enter valid JSON.")) from None
     if f.kind == "lines":
         items = [line.strip() for line in raw.splitlines() if line.strip()]
         if not items:
@@ -393,17 +396,17 @@ def _scalar(kind: str, raw: str) -> Any:
     text = raw.strip()
     if kind == "integer":
         if not re.fullmatch(r"[+-]?\d+", text):
-            raise _Unreadable("Enter a whole number.")
+            raise _Unreadable(_("Enter a whole number."))
         return int(text)
     if kind == "number":
         try:
             number = Decimal(text)
         except InvalidOperation:
-            raise _Unreadable("Enter a number.") from None
+            raise _Unreadable(_("Enter a number.")) from None
         if not number.is_finite():
-            raise _Unreadable("Enter a number.")
+            raise _Unreadable(_("Enter a number."))
         if jsonvalues.number_problem(number) is not None:
-            raise _Unreadable("Enter a number of at most 1e308 in magnitude.")
+            raise _Unreadable(_("Enter a number of at most 1e308 in magnitude."))
         if number == number.to_integral_value() and "." not in text and "e" not in text.lower():
             return int(number)
         return number  # exact: 1000.10 is kept as 1000.10 (workflows.jsonvalues)
@@ -411,12 +414,12 @@ def _scalar(kind: str, raw: str) -> Any:
         try:
             return date.fromisoformat(text).isoformat()
         except ValueError:
-            raise _Unreadable("Enter a date (YYYY-MM-DD).") from None
+            raise _Unreadable(_("Enter a date (YYYY-MM-DD).")) from None
     if kind == "datetime":
         try:
             moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
-            raise _Unreadable("Enter a date and time.") from None
+            raise _Unreadable(_("Enter a date and time.")) from None
         if moment.tzinfo is None:  # a datetime-local input: the form says it is UTC
             moment = moment.replace(tzinfo=UTC)
         return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
@@ -447,54 +450,64 @@ def message(violation_type: str, schema: Mapping[str, Any]) -> str:
     s = schema
     t = violation_type
     if t == "required":
-        return "This field is required."
+        # a context of its own: DRF, listed before this app, translates the bare text otherwise
+        return pgettext("payload form", "This field is required.")
     if t == "maxLength":
-        return f"Use at most {s.get('maxLength')} characters."
+        return _("Use at most %(limit)s characters.") % {"limit": s.get("maxLength")}
     if t == "minLength":
         return (
-            "This field cannot be empty."
+            _("This field cannot be empty.")
             if s.get("minLength") == 1
-            else f"Use at least {s.get('minLength')} characters."
+            else _("Use at least %(limit)s characters.") % {"limit": s.get("minLength")}
         )
     if t == "minimum":
-        return f"Enter {s.get('minimum')} or more."
+        return _("Enter %(limit)s or more.") % {"limit": s.get("minimum")}
     if t == "maximum":
-        return f"Enter {s.get('maximum')} or less."
+        return _("Enter %(limit)s or less.") % {"limit": s.get("maximum")}
     if t == "exclusiveMinimum":
-        return f"Enter more than {s.get('exclusiveMinimum')}."
+        return _("Enter more than %(limit)s.") % {"limit": s.get("exclusiveMinimum")}
     if t == "exclusiveMaximum":
-        return f"Enter less than {s.get('exclusiveMaximum')}."
+        return _("Enter less than %(limit)s.") % {"limit": s.get("exclusiveMaximum")}
     if t == "multipleOf":
-        return f"Enter a multiple of {s.get('multipleOf')}."
+        return _("Enter a multiple of %(step)s.") % {"step": s.get("multipleOf")}
     if t == "pattern":
-        return "This does not have the expected form."
+        return _("This does not have the expected form.")
     if t == "format":
-        return f"Enter a valid {s.get('format', 'value')}."
+        return _("Enter a valid %(format)s.") % {"format": s.get("format", _("value"))}
     if t in ("enum", "const", "oneOf", "anyOf"):
-        return "Choose one of the offered values."
+        return _("Choose one of the offered values.")
     if t == "type":
         wanted = _type(s) or "value"
         return {
-            "integer": "Enter a whole number.",
-            "number": "Enter a number.",
-            "boolean": "Choose yes or no.",
-            "string": "Enter text.",
-            "array": "Enter a list.",
-            "object": "Fill in this group.",
-        }.get(wanted, "This value has the wrong type.")
+            "integer": _("Enter a whole number."),
+            "number": _("Enter a number."),
+            "boolean": _("Choose yes or no."),
+            "string": _("Enter text."),
+            "array": _("Enter a list."),
+            "object": _("Fill in this group."),
+        }.get(wanted, _("This value has the wrong type."))
     if t == "minItems":
-        return f"Give at least {s.get('minItems')} item(s)."
+        return _give_items("at least", s.get("minItems"))
     if t == "maxItems":
-        return f"Give at most {s.get('maxItems')} item(s)."
+        return _give_items("at most", s.get("maxItems"))
     if t == "uniqueItems":
-        return "Each item may appear only once."
+        return _("Each item may appear only once.")
     if t == "additionalProperties":
-        return "This form has a field the decision does not accept."
+        return _("This form has a field the decision does not accept.")
     if t == "payload":
-        return "This decision takes no details."
+        return _("This decision takes no details.")
     if t == "decision":
-        return "This decision is not offered by this task."
-    return f"This value is not accepted ({t})."
+        return _("This decision is not offered by this task.")
+    return _("This value is not accepted (%(keyword)s).") % {"keyword": t}
+
+
+def _give_items(bound: str, limit: Any) -> str:
+    count = limit if isinstance(limit, int) else 0
+    if bound == "at least":
+        text = ngettext("Give at least %(count)s item.", "Give at least %(count)s items.", count)
+    else:
+        text = ngettext("Give at most %(count)s item.", "Give at most %(count)s items.", count)
+    return text % {"count": limit}
 
 
 def attach(form: PayloadForm, schema: Mapping[str, Any] | None, violations: Iterable[Any]) -> None:

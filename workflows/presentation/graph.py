@@ -32,6 +32,9 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+
 from workflows.definitions import plan as p
 from workflows.definitions.steps import REGISTRY, exits
 
@@ -259,7 +262,7 @@ def layout(plan: p.Plan) -> tuple[dict[str, Node], list[Edge], float, float]:
 
             columns[i] = sorted(current, key=barycentre)
 
-    for _ in range(4):
+    for _sweep in range(4):
         sweep(preds, range(1, count))
         sweep(succs, range(count - 2, -1, -1))
 
@@ -413,7 +416,7 @@ def _edge_path(
     for slot in edge.waypoints:
         w = nodes[slot]
         entry, leave = (w.x - w.width / 2, w.y), (w.x + w.width / 2, w.y)
-        segment, _ = _curve(start, entry)
+        segment, _mid = _curve(start, entry)
         path += segment + f" L{leave[0]:.1f},{leave[1]:.1f}"
         if w.width > 16:
             label = (w.x, w.y)
@@ -481,8 +484,8 @@ def render_svg(
         if marker
         else (
             "now",
-            "current position",
-            "Current position",
+            _("current position"),
+            _("Current position"),
         )
     )
     floor = height - MARGIN - 8
@@ -492,13 +495,20 @@ def render_svg(
         top, bottom = extents.get(node.layer, (node.y - node.height / 2, node.y + node.height / 2))
         extents[node.layer] = (min(top, node.y - node.height / 2), max(bottom, node.y + node.height / 2))
 
-    name = title or f"{plan.definition_id} version {plan.version}"
-    desc = [f"{len(steps)} steps, starting at {plan.initial_step}."]
+    name = title or _("%(workflow)s version %(version)s") % {"workflow": plan.definition_id, "version": plan.version}
+    desc = [
+        ngettext("%(count)s step, starting at %(step)s.", "%(count)s steps, starting at %(step)s.", len(steps))
+        % {"count": len(steps), "step": plan.initial_step}
+    ]
     if current:
-        desc.append(f"{now_desc}: " + ", ".join(sorted(current)) + ".")
+        desc.append(
+            _("Current position: %(where)s.") % {"where": ", ".join(sorted(current))}
+            if not marker
+            else f"{now_desc}: " + ", ".join(sorted(current)) + "."
+        )
     if sequence:
         walked = [sequence[0]] + [b for a, b in itertools.pairwise(sequence) if a != b]
-        desc.append("Path taken: " + " → ".join(walked) + ".")
+        desc.append(_("Path taken: %(steps)s.") % {"steps": " → ".join(walked)})
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="wfg" role="img" width="{width:.0f}" height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}" aria-labelledby="{prefix}-title {prefix}-desc">',
@@ -546,9 +556,9 @@ def render_svg(
         if sid in current:
             tip.append(now_tip)
         elif sid in seen:
-            tip.append("visited")
+            tip.append(_("visited"))
         if sid in counts:
-            tip.append(f"{counts[sid]} here")
+            tip.append(_("%(count)s here") % {"count": counts[sid]})
         body = [
             f"<title>{escape(' — '.join(tip))}</title>",
             _shape(node),

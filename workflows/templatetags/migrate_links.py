@@ -11,6 +11,7 @@ from typing import Any
 
 from django import template
 from django.urls import reverse
+from django.utils.translation import gettext as _
 
 from workflows import queries
 
@@ -27,13 +28,16 @@ def _links(request: Any, pairs: set[tuple[str, str]], *, records: bool) -> dict[
     for definition_id, scope in sorted(pairs):
         n = parked.get((definition_id, scope), 0)
         if n:
-            label = f"Migrate ({n} parked)" if len(pairs) == 1 else f"Migrate {definition_id} ({n} parked)"
+            if len(pairs) == 1:
+                label = _("Migrate (%(count)s parked)") % {"count": n}
+            else:
+                label = _("Migrate %(workflow)s (%(count)s parked)") % {"workflow": definition_id, "count": n}
             links.append({"href": reverse("workflows:migrate:dialog", args=[scope, definition_id]), "label": label})
         if records:
             links.append(
                 {
                     "href": reverse("workflows:migrate:records", args=[scope, definition_id]),
-                    "label": "Migration records",
+                    "label": _("Migration records"),
                 }
             )
     return {"links": links}

@@ -16,6 +16,8 @@ from typing import Any
 
 from django import template
 from django.urls import NoReverseMatch, reverse
+from django.utils.functional import Promise
+from django.utils.translation import gettext_lazy as _
 
 from workflows import access
 from workflows.access import Capability
@@ -28,7 +30,7 @@ STAFF = "staff"  # is_staff opens the Django admin site
 
 @dataclass(frozen=True)
 class Entry:
-    label: str
+    label: str | Promise  # translated when the page is drawn
     url_name: str
     needs: tuple[Capability | str, ...]  # all of them
     namespace: str  # the link is current while the request's view is in this namespace
@@ -37,31 +39,31 @@ class Entry:
 
 
 ENTRIES = (
-    Entry("Inbox", "workflows:inbox", (SIGNED_IN,), "workflows"),
-    Entry("Runs", "workflows:runs:list", (Capability.VIEW_RUNS,), "workflows:runs"),
+    Entry(_("Inbox"), "workflows:inbox", (SIGNED_IN,), "workflows"),
+    Entry(_("Runs"), "workflows:runs:list", (Capability.VIEW_RUNS,), "workflows:runs"),
     Entry(
-        "New request",
+        _("New request"),
         "workflows:requests:new",
         (Capability.START,),
         "workflows:requests",
         ("workflows:requests:new", "workflows:requests:start"),
     ),
     Entry(
-        "My requests",
+        _("My requests"),
         "workflows:requests:mine",
         (Capability.START,),
         "workflows:requests",
         ("workflows:requests:mine", "workflows:requests:detail"),
     ),
-    Entry("Ops", "ops:dashboard", (Capability.OPERATE,), "ops"),
-    Entry("Designer", "designer:list", (Capability.VIEW_DEFINITIONS,), "designer"),
+    Entry(_("Ops"), "ops:dashboard", (Capability.OPERATE,), "ops"),
+    Entry(_("Designer"), "designer:list", (Capability.VIEW_DEFINITIONS,), "designer"),
     Entry(
-        "Migrate",
+        _("Migrate"),
         "admin:workflows_definitionversion_changelist",
         (STAFF, Capability.MIGRATE, Capability.VIEW_DEFINITIONS),
         "workflows:migrate",
     ),
-    Entry("Admin", "admin:index", (STAFF,), "admin"),
+    Entry(_("Admin"), "admin:index", (STAFF,), "admin"),
 )
 
 

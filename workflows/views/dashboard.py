@@ -30,6 +30,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -69,14 +70,14 @@ def duration(seconds: float | None) -> str:
         return "—"
     s = max(0, int(seconds))
     if s < 60:
-        return f"{s} s"
+        return _("%(s)s s") % {"s": s}
     if s < 3600:
-        return f"{s // 60} min"
+        return _("%(m)s min") % {"m": s // 60}
     if s < 86400:
         h, m = divmod(s // 60, 60)
-        return f"{h} h {m} min" if m else f"{h} h"
+        return _("%(h)s h %(m)s min") % {"h": h, "m": m} if m else _("%(h)s h") % {"h": h}
     d, h = divmod(s // 3600, 24)
-    return f"{d} d {h} h" if h else f"{d} d"
+    return _("%(d)s d %(h)s h") % {"d": d, "h": h} if h else _("%(d)s d") % {"d": d}
 
 
 # --- the dashboard --------------------------------------------------------------------------
@@ -182,7 +183,10 @@ def _graph(revision: dict[str, Any]) -> SafeString | None:
     counts: dict[str, int] = {}
     for position in revision["positions"]:
         counts[position["node"]] = counts.get(position["node"], 0) + int(position["runs"])
-    title = f"{revision['definition_id']} version {revision['version']}: runs parked per step"
+    title = _("%(workflow)s version %(version)s: runs parked per step") % {
+        "workflow": revision["definition_id"],
+        "version": revision["version"],
+    }
     return mark_safe(render_svg(plan, counts=counts, title=title))  # noqa: S308 - render_svg escapes every text
 
 
@@ -199,8 +203,12 @@ def throughput_svg(series: list[dict[str, Any]], *, width: int = 600, height: in
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="throughput" role="img" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" aria-labelledby="throughput-title">',
-        f'<title id="throughput-title">{total} commands settled in the last {n} minutes; at most {peak} in one '
-        "minute</title>",
+        '<title id="throughput-title">'
+        + escape(
+            _("%(total)s commands settled in the last %(minutes)s minutes; at most %(peak)s in one minute")
+            % {"total": total, "minutes": n, "peak": peak}
+        )
+        + "</title>",
         f'<line class="axis" x1="{left}" y1="{top + plot_h}" x2="{width - 4}" y2="{top + plot_h}"/>',
         f'<text class="tick" x="{left - 4}" y="{top + 9}" text-anchor="end">{peak}</text>',
         f'<text class="tick" x="{left - 4}" y="{top + plot_h}" text-anchor="end">0</text>',
@@ -208,7 +216,9 @@ def throughput_svg(series: list[dict[str, Any]], *, width: int = 600, height: in
     for i, minute in enumerate(series):
         settled, failed = int(minute["settled"]), int(minute["failed"])
         x = left + i * step + 1
-        label = f"{minute['minute']:%H:%M} UTC: {settled} settled" + (f", {failed} failed" if failed else "")
+        label = _("%(minute)s UTC: %(settled)s settled") % {"minute": f"{minute['minute']:%H:%M}", "settled": settled}
+        if failed:
+            label = _("%(label)s, %(failed)s failed") % {"label": label, "failed": failed}
         h = plot_h * settled / peak
         hf = plot_h * failed / peak
         parts.append(f'<g class="bar"><title>{escape(label)}</title>')

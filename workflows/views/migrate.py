@@ -43,7 +43,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryD
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.safestring import mark_safe
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_lazy
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
@@ -63,28 +63,28 @@ MAX_ROWS = 500  # positions are bounded by the graph; this only bounds a forged 
 MAX_PICKED = 5000  # runs picked one by one; "all at this position" has no such bound
 LARGE_BATCH = 100
 OUTCOMES_PAGE = 50
-INCOMPLETE = "The dialog is incomplete; open it again."
+INCOMPLETE = gettext_lazy("The dialog is incomplete; open it again.")
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 
 KIND_LABELS = {
-    "TASK": "approval",
-    "TIMER": "timer",
-    "SIGNAL": "signal wait",
-    "CALL": "called run",
-    "JOIN": "join of a fork",
-    "BRANCH": "branch",
+    "TASK": gettext_lazy("approval"),
+    "TIMER": gettext_lazy("timer"),
+    "SIGNAL": gettext_lazy("signal wait"),
+    "CALL": gettext_lazy("called run"),
+    "JOIN": gettext_lazy("join of a fork"),
+    "BRANCH": gettext_lazy("branch"),
 }
 STATUS_LABELS = {
-    "SELECTED": "not applied yet",
-    "RECORDED": "waiting for the executor",
-    "MOVED": "moved",
-    "CANCELLED": "cancelled",
-    "ENDED": "ended",
-    "MOVED_ON": "already moved on",
-    "REJECTED": "rejected",
-    "NOT_APPLIED": "not applied (closed)",
+    "SELECTED": gettext_lazy("not applied yet"),
+    "RECORDED": gettext_lazy("waiting for the executor"),
+    "MOVED": gettext_lazy("moved"),
+    "CANCELLED": gettext_lazy("cancelled"),
+    "ENDED": gettext_lazy("ended"),
+    "MOVED_ON": gettext_lazy("already moved on"),
+    "REJECTED": gettext_lazy("rejected"),
+    "NOT_APPLIED": gettext_lazy("not applied (closed)"),
 }
-ACTION_LABELS = {"move": "Move", "cancel": "Cancel", "end": "End"}
+ACTION_LABELS = {"move": gettext_lazy("Move"), "cancel": gettext_lazy("Cancel"), "end": gettext_lazy("End")}
 
 
 def can_migrate(user: Any) -> bool:
@@ -126,7 +126,12 @@ def migrate_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRes
         try:
             return guarded(request, *args, **kwargs)
         except PermissionDenied:
-            return _problem(403, "FORBIDDEN", "Not allowed", f"Nothing was done: {access.refusal(Capability.MIGRATE)}.")
+            return _problem(
+                403,
+                "FORBIDDEN",
+                _("Not allowed"),
+                _("Nothing was done: %(refusal)s.") % {"refusal": access.refusal(Capability.MIGRATE)},
+            )
 
     return answer
 
@@ -234,12 +239,16 @@ def _pair(
     source_plan = queries.migration_plan(scope=scope, definition_id=definition_id, version=source)
     target_plan = queries.migration_plan(scope=scope, definition_id=definition_id, version=target)
     nodes = [(sid, step.type) for sid, step in target_plan.steps.items()] if target_plan is not None else []
-    node_ids = {n for n, _ in nodes}
+    node_ids = {n for n, _type in nodes}
     rows = []
     for i, pos in enumerate(positions):
         movable = pos.kind != "JOIN"
-        choices = [(f"move:{n}", f"Move to {n} ({t})") for n, t in nodes] if movable else []
-        choices += [("cancel", "Cancel the runs"), ("end", "End the runs (completed)")]
+        choices = (
+            [(f"move:{n}", _("Move to %(node)s (%(type)s)") % {"node": n, "type": t}) for n, t in nodes]
+            if movable
+            else []
+        )
+        choices += [("cancel", _("Cancel the runs")), ("end", _("End the runs (completed)"))]
         rows.append(
             {
                 "i": i,
@@ -349,8 +358,8 @@ def picker(request: HttpRequest, scope: str, definition_id: str, i: int) -> Http
     node, kind = str(data.get(f"node_{i}", ""))[:255], str(data.get(f"kind_{i}", ""))[:8]
     if source is None or not node or not kind:
         if _htmx(request):
-            return _problem(400, "INCOMPLETE", "The dialog is incomplete", INCOMPLETE)
-        return HttpResponse(INCOMPLETE, status=400)
+            return _problem(400, "INCOMPLETE", _("The dialog is incomplete"), str(INCOMPLETE))
+        return HttpResponse(str(INCOMPLETE), status=400)
     count = _int(data.get(f"count_{i}")) or 0
     search = " ".join(str(data.get(f"q_{i}", "")).split())[:255]
     page_offset = _int(data.get(f"page_offset_{i}"))
@@ -426,7 +435,7 @@ def _rows_from(data: QueryDict) -> tuple[list[dict[str, Any]], list[dict[str, st
                 {
                     "pointer": f"/do_{i}",
                     "type": "required",
-                    "message": f"Choose what to do with the runs selected at {node}.",
+                    "message": _("Choose what to do with the runs selected at %(node)s.") % {"node": node},
                 }
             )
             continue
@@ -440,12 +449,12 @@ def preview(request: HttpRequest, scope: str, definition_id: str) -> HttpRespons
     data = request.POST
     source, target = _int(data.get("source")), _int(data.get("target"))
     if source is None or target is None:
-        return _refuse(request, 400, "INCOMPLETE", "The dialog is incomplete", INCOMPLETE)
+        return _refuse(request, 400, "INCOMPLETE", _("The dialog is incomplete"), str(INCOMPLETE))
     rows, problems = _rows_from(data)
     if problems:
         if _htmx(request):
             return _problem(
-                422, "NO_ACTION", "Choose what to do with the selected runs", "Nothing was previewed.", problems
+                422, "NO_ACTION", _("Choose what to do with the selected runs"), _("Nothing was previewed."), problems
             )
         return _message(request, " ".join(p["message"] for p in problems), status=422, tone="error")
     reason = " ".join(str(data.get("reason", "")).split())[:500]
@@ -477,20 +486,22 @@ def preview(request: HttpRequest, scope: str, definition_id: str) -> HttpRespons
             % {"runs": error.runs, "record": error.record_id, "status": _record_state(error.record_status)},
         )
     except InvalidPayload as error:
-        return _refuse(request, 422, "INVALID_PAYLOAD", "The selection could not be frozen", _violations(error))
+        return _refuse(request, 422, "INVALID_PAYLOAD", _("The selection could not be frozen"), _violations(error))
     if record_id is None and rows:
         return _refuse(
             request,
             409,
             "SELECTION_STALE",
-            "The selected runs are no longer parked there",
-            "An approver, a timer or another migration moved them on since they were selected; nothing was "
-            "frozen. Reload the dialog to see where runs are parked now.",
+            _("The selected runs are no longer parked there"),
+            _(
+                "An approver, a timer or another migration moved them on since they were selected; nothing was "
+                "frozen. Reload the dialog to see where runs are parked now."
+            ),
         )
     if record_id is None:
         return _message(
             request,
-            "Nothing is selected, so Apply would change nothing. Choose runs with a row's count first.",
+            _("Nothing is selected, so Apply would change nothing. Choose runs with a row's count first."),
             tone="info",
         )
     return _render_preview(request, record_id)
@@ -498,18 +509,18 @@ def preview(request: HttpRequest, scope: str, definition_id: str) -> HttpRespons
 
 def _violations(error: InvalidPayload) -> str:
     texts = {
-        "/source_version": "The source revision does not exist.",
-        "/target_version": "The target revision does not exist or cannot be read here.",
+        "/source_version": _("The source revision does not exist."),
+        "/target_version": _("The target revision does not exist or cannot be read here."),
     }
     out = []
     for v in error.violations:
         if v.pointer.endswith("/target_node"):
-            out.append("A row moves its runs to a node the target revision does not have.")
+            out.append(_("A row moves its runs to a node the target revision does not have."))
         elif v.pointer.endswith("/action"):
-            out.append("A row asks for an action other than Move, Cancel or End.")
+            out.append(_("A row asks for an action other than Move, Cancel or End."))
         else:
-            out.append(texts.get(v.pointer, "The selection could not be frozen."))
-    return " ".join(dict.fromkeys(out)) or "The selection could not be frozen."
+            out.append(texts.get(v.pointer, _("The selection could not be frozen.")))
+    return " ".join(dict.fromkeys(out)) or _("The selection could not be frozen.")
 
 
 def _render_preview(request: HttpRequest, record_id: int, *, error: str = "", status: int = 200) -> HttpResponse:
@@ -591,9 +602,9 @@ def apply(request: HttpRequest, record_id: int) -> HttpResponse:
     try:
         operations.migration_apply_background(record_id=record_id, actor=request.user, confirm=confirm)
     except InvalidPayload:
-        text = "Type the number of runs exactly as shown to confirm a batch this large. Nothing was applied."
+        text = _("Type the number of runs exactly as shown to confirm a batch this large. Nothing was applied.")
         if _htmx(request):
-            return _problem(422, "CONFIRM_MISMATCH", "The number typed is not the number of runs", text)
+            return _problem(422, "CONFIRM_MISMATCH", _("The number typed is not the number of runs"), text)
         return _render_preview(request, record_id, status=422, error=text)
     except MigrationIllegalState:
         if _status_of(record_id) in ("PAUSED", "CLOSED", "DONE"):
@@ -608,16 +619,16 @@ def apply(request: HttpRequest, record_id: int) -> HttpResponse:
             request,
             409,
             "MIGRATION_ILLEGAL_STATE",
-            "This preview is gone",
-            "This preview was discarded or no longer exists; nothing was applied.",
+            _("This preview is gone"),
+            _("This preview was discarded or no longer exists; nothing was applied."),
         )
     except (LockTimeout, PersistenceError):
         return _refuse(
             request,
             503,
             "BUSY",
-            "The database is busy",
-            "The database is busy; nothing more was applied. Press Apply again in a moment.",
+            _("The database is busy"),
+            _("The database is busy; nothing more was applied. Press Apply again in a moment."),
         )
     return _render_progress(request, record_id, fresh=True)
 
@@ -755,7 +766,7 @@ def _render_progress(request: HttpRequest, record_id: int, *, fresh: bool, live:
 OUTCOME_ORDER = ("MOVED", "CANCELLED", "ENDED", "MOVED_ON", "REJECTED", "NOT_APPLIED", "RECORDED", "SELECTED")
 
 
-def _outcome_counts(state: Any) -> list[tuple[str, int, str]]:
+def _outcome_counts(state: Any) -> list[tuple[Any, int, str]]:
     """(label, number, key) per outcome present: moved, cancelled, ended, already moved on
     (skipped: stale), rejected (failed), not applied (closed), then what is still open."""
     return [(STATUS_LABELS[s], state.counts.get(s, 0), s.lower()) for s in OUTCOME_ORDER if state.counts.get(s)]
@@ -765,7 +776,7 @@ def _outcome_counts(state: Any) -> list[tuple[str, int, str]]:
 @require_POST
 def discard(request: HttpRequest, record_id: int) -> HttpResponse:
     operations.migration_discard(record_id=record_id)
-    return _message(request, "The preview was discarded. Nothing was changed.", tone="info")
+    return _message(request, _("The preview was discarded. Nothing was changed."), tone="info")
 
 
 def _message(request: HttpRequest, text: str, *, status: int = 200, tone: str = "info") -> HttpResponse:

@@ -40,6 +40,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -56,7 +58,10 @@ RADAR_DEFAULTS: dict[str, Any] = {
     "THRESHOLDS": {},
 }
 BULK_LIMIT = 500  # one confirmation touches at most this many runs
-ACTIONS = {"retry": ("Retry", Capability.RETRY), "cancel": ("Cancel", Capability.CANCEL)}
+ACTIONS = {
+    "retry": (gettext_lazy("Retry"), Capability.RETRY),
+    "cancel": (gettext_lazy("Cancel"), Capability.CANCEL),
+}
 
 
 def radar_settings() -> dict[str, Any]:
@@ -104,42 +109,50 @@ def radar(request: HttpRequest) -> HttpResponse:
     sections: list[dict[str, Any]] = [
         {
             "id": "parked",
-            "title": "Runs parked too long",
+            "title": _("Runs parked too long"),
             "rows": parks,
-            "help": f"Waiting longer than their position's threshold: the {_pct(options['PERCENTILE'])} percentile of "
-            f"that step's waits closed in the last {int(options['WINDOW_DAYS'])} days, at least "
-            f"{duration(options['FLOOR_SECONDS'])}.",
+            "help": _(
+                "Waiting longer than their position's threshold: the %(percentile)s percentile of "
+                "that step's waits closed in the last %(days)s days, at least %(floor)s."
+            )
+            % {
+                "percentile": _pct(options["PERCENTILE"]),
+                "days": int(options["WINDOW_DAYS"]),
+                "floor": duration(options["FLOOR_SECONDS"]),
+            },
         },
         {
             "id": "stuck",
-            "title": "Stuck commands",
+            "title": _("Stuck commands"),
             "rows": commands,
-            "help": f"Due for more than {duration(stuck_after)} and still not settled.",
+            "help": _("Due for more than %(duration)s and still not settled.") % {"duration": duration(stuck_after)},
         },
         {
             "id": "dead",
-            "title": "Dead letters",
+            "title": _("Dead letters"),
             "rows": queries.commands_in_status(status="DEAD"),
-            "help": "Commands that failed on every attempt. Retry offers them again.",
+            "help": _("Commands that failed on every attempt. Retry offers them again."),
         },
         {
             "id": "unknown",
-            "title": "Outcome unknown: commands",
+            "title": _("Outcome unknown: commands"),
             "rows": queries.commands_in_status(status="OUTCOME_UNKNOWN"),
-            "help": "Interrupted after an email, agent or script effect started: it may have happened. "
-            "Check, then reconcile (replay or resolve).",
+            "help": _(
+                "Interrupted after an email, agent or script effect started: it may have happened. "
+                "Check, then reconcile (replay or resolve)."
+            ),
         },
         {
             "id": "captures",
-            "title": "Outcome unknown: captures",
+            "title": _("Outcome unknown: captures"),
             "rows": captures,
-            "help": "Record captures interrupted after their dispatch started. Reconcile them in the capture admin.",
+            "help": _("Record captures interrupted after their dispatch started. Reconcile them in the capture admin."),
         },
         {
             "id": "tasks",
-            "title": "Overdue tasks",
+            "title": _("Overdue tasks"),
             "rows": tasks,
-            "help": "Open approvals past their due date. Reassign them, or cancel the run.",
+            "help": _("Open approvals past their due date. Reassign them, or cancel the run."),
         },
     ]
     for section in sections:
@@ -161,16 +174,20 @@ def radar(request: HttpRequest) -> HttpResponse:
 
 def _pct(value: Any) -> str:
     number = float(value) * 100
-    return f"{number:g}th"
+    return _("%(number)sth") % {"number": f"{number:g}"}
 
 
 def _threshold_basis(row: dict[str, Any], options: dict[str, Any], configured: set[str]) -> str:
     if f"{row['definition_id']}:{row['node']}" in configured or row["definition_id"] in configured:
-        return "configured"
+        return _("configured")
     samples = int(row["samples"] or 0)
     if samples and float(row["typical"] or 0) >= float(options["FLOOR_SECONDS"]):
-        return f"{_pct(options['PERCENTILE'])} percentile of {samples} closed wait{'s' if samples != 1 else ''}"
-    return "floor"
+        return ngettext(
+            "%(percentile)s percentile of %(count)s closed wait",
+            "%(percentile)s percentile of %(count)s closed waits",
+            samples,
+        ) % {"percentile": _pct(options["PERCENTILE"]), "count": samples}
+    return _("floor")
 
 
 def _migrate_url(row: dict[str, Any]) -> str | None:
@@ -192,9 +209,14 @@ def retry(request: HttpRequest) -> HttpResponse:
     try:
         operations.retry(run_id=run_id, actor=request.user)
     except WorkflowError as error:
-        messages.error(request, f"Run {str(run_id)[:8]} was not retried: {_refusal(error)}.")
+        messages.error(
+            request,
+            _("Run %(run)s was not retried: %(refusal)s.") % {"run": str(run_id)[:8], "refusal": _refusal(error)},
+        )
     else:
-        messages.success(request, f"Retry recorded for run {str(run_id)[:8]}; the executor picks it up next.")
+        messages.success(
+            request, _("Retry recorded for run %(run)s; the executor picks it up next.") % {"run": str(run_id)[:8]}
+        )
     return HttpResponseRedirect(reverse("ops:radar") + "#dead")
 
 
@@ -210,23 +232,23 @@ def bulk(request: HttpRequest) -> HttpResponse:
     count matches."""
     action = request.POST.get("action", "")
     if action not in ACTIONS:
-        messages.error(request, "Choose Retry selected or Cancel selected.")
+        messages.error(request, _("Choose Retry selected or Cancel selected."))
         return HttpResponseRedirect(reverse("ops:radar"))
     label, capability = ACTIONS[action]
     if not _can(request, capability):
         raise PermissionDenied(access.refusal(capability))
     runs = queries.runs_for_action(run_ids=request.POST.getlist("run")[:BULK_LIMIT])
     if not runs:
-        messages.error(request, "Select at least one run first.")
+        messages.error(request, _("Select at least one run first."))
         return HttpResponseRedirect(reverse("ops:radar"))
     error = ""
     reason = " ".join(request.POST.get("reason", "").split())[:255]
     if "apply" in request.POST:
         typed = request.POST.get("confirm_count", "").strip()
         if typed != str(len(runs)):
-            error = f"Type {len(runs)} — the number of runs this touches — to confirm."
+            error = _("Type %(count)s — the number of runs this touches — to confirm.") % {"count": len(runs)}
         elif action == "cancel" and not reason:
-            error = "Give a reason for the cancellation (it is kept in each run's history)."
+            error = _("Give a reason for the cancellation (it is kept in each run's history).")
         else:
             _apply(request, action, runs, reason)
             return HttpResponseRedirect(reverse("ops:radar"))
@@ -251,7 +273,7 @@ def _apply(request: HttpRequest, action: str, runs: list[Any], reason: str) -> N
                 operations.retry(run_id=run.id, actor=request.user)
             else:
                 seen = request.POST.get(f"seen-{run.id}", "")
-                state_version, _, history_seq = seen.partition(":")
+                state_version, _sep, history_seq = seen.partition(":")
                 operations.cancel_confirmed(
                     run_id=run.id,
                     seen_state_version=int(state_version) if state_version.isdigit() else -1,
@@ -263,11 +285,20 @@ def _apply(request: HttpRequest, action: str, runs: list[Any], reason: str) -> N
             refused.append(f"{short} ({_refusal(error)})")
         else:
             done.append(short)
-    verb = "Retry recorded for" if action == "retry" else "Cancelled"
-    if done:
-        messages.success(request, f"{verb} {len(done)} run{'s' if len(done) != 1 else ''}.")
+    if done and action == "retry":
+        messages.success(
+            request,
+            ngettext("Retry recorded for %(count)s run.", "Retry recorded for %(count)s runs.", len(done))
+            % {"count": len(done)},
+        )
+    elif done:
+        messages.success(
+            request, ngettext("Cancelled %(count)s run.", "Cancelled %(count)s runs.", len(done)) % {"count": len(done)}
+        )
     if refused:
-        messages.error(request, f"{len(refused)} left alone: " + "; ".join(refused) + ".")
+        messages.error(
+            request, _("%(count)s left alone: %(runs)s.") % {"count": len(refused), "runs": "; ".join(refused)}
+        )
 
 
 def _refusal(error: WorkflowError) -> str:
@@ -300,16 +331,20 @@ def reconcile(request: HttpRequest, command_id: int) -> HttpResponse:
     reason = " ".join(request.POST.get("reason", "").split())[:1000]
     if request.method == "POST":
         if action not in ("replay", "resolve"):
-            errors["action"] = "Choose replay or resolve."
+            errors["action"] = _("Choose replay or resolve.")
         if not reason:
-            errors["reason"] = "A reason is required: what you checked in the outside world."
+            errors["reason"] = _("A reason is required: what you checked in the outside world.")
         if not errors:
             try:
                 operations.reconcile_command(command_id=command_id, action=action, reason=reason, actor=request.user)
             except WorkflowError as error:
-                errors["form"] = f"Not reconciled: {_refusal(error)}."
+                errors["form"] = _("Not reconciled: %(refusal)s.") % {"refusal": _refusal(error)}
             else:
-                messages.success(request, f"Command {command_id} reconciled ({action}); the executor picks it up next.")
+                messages.success(
+                    request,
+                    _("Command %(id)s reconciled (%(action)s); the executor picks it up next.")
+                    % {"id": command_id, "action": action},
+                )
                 return HttpResponseRedirect(reverse("ops:radar") + "#unknown")
     context = {
         "item": item,

@@ -29,6 +29,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods
 
 from workflows import access, operations, queries
@@ -82,7 +83,7 @@ def _start(request: HttpRequest, definition: queries.Startable) -> HttpResponse:
     form = forms.build(FORM_ID, definition.start_schema, order=definition.written_schema)
     payload = forms.parse(form, request.POST)
     if len(business_key) > BUSINESS_KEY_LIMIT:
-        form.errors.append(f"Use at most {BUSINESS_KEY_LIMIT} characters for the business key.")
+        form.errors.append(_("Use at most %(limit)s characters for the business key.") % {"limit": BUSINESS_KEY_LIMIT})
     if form.has_errors:
         # nothing is started; show what the engine would say about the readable rest too
         _attach_the_rest(form, definition.start_schema, payload)
@@ -98,21 +99,23 @@ def _start(request: HttpRequest, definition: queries.Startable) -> HttpResponse:
     except InvalidPayload as exc:
         forms.attach(form, definition.start_schema, exc.violations)
         if not form.has_errors:
-            form.errors.append("This request could not be started with these details.")
+            form.errors.append(_("This request could not be started with these details."))
         return _render_form(request, definition, form, key=key, business_key=business_key, status=422)
     except IdempotencyConflict:
-        form.errors.append("This form was already sent with other details. Reload the page to start a new request.")
+        form.errors.append(_("This form was already sent with other details. Reload the page to start a new request."))
         return _render_form(request, definition, form, business_key=business_key, status=409)
     except NOT_STARTABLE:
-        form.errors.append("This workflow cannot be started right now: its current revision is not available.")
+        form.errors.append(_("This workflow cannot be started right now: its current revision is not available."))
         return _render_form(request, definition, form, key=key, business_key=business_key, status=409)
     except (LockTimeout, PersistenceError):
-        form.errors.append("Switchyard is busy right now; nothing was started. Try again in a moment.")
+        form.errors.append(_("Switchyard is busy right now; nothing was started. Try again in a moment."))
         return _render_form(request, definition, form, key=key, business_key=business_key, status=503)
     if access.has(request.user, Capability.VIEW_RUNS):
-        messages.success(request, f"Your request “{definition.title}” was started.")
+        messages.success(request, _("Your request “%(title)s” was started.") % {"title": definition.title})
         return HttpResponseRedirect(reverse("workflows:runs:detail", args=[recorded.run_id]))
-    messages.success(request, f"Your request “{definition.title}” was started. It is listed below.")
+    messages.success(
+        request, _("Your request “%(title)s” was started. It is listed below.") % {"title": definition.title}
+    )
     return HttpResponseRedirect(reverse("workflows:requests:mine"))
 
 
@@ -182,7 +185,8 @@ def request_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
             highlight=[] if run.ended else positions,
             visited=visited,
             taken=moves,
-            title=f"Graph of {run.definition_id} version {run.version}",
+            title=_("Graph of %(workflow)s version %(version)s")
+            % {"workflow": run.definition_id, "version": run.version},
         )
     context: dict[str, Any] = {
         "row": queries.request_rows([run])[0],

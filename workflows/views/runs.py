@@ -47,6 +47,8 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods
 
 from workflows import access, jsonvalues, operations, queries
@@ -125,17 +127,17 @@ def _pretty(value: Any) -> str:
 def actor_text(kind: str, ident: str, reason: str = "", on_behalf_of: str = "", status: str = "") -> str:
     """Who asked, in words: "alice", "timer (system)", "billing (service) for alice", "—"."""
     if kind == "USER":
-        text = ident or "unknown user"
+        text = ident or _("unknown user")
     elif kind == "SERVICE":
-        text = f"{ident or 'unknown'} (service)"
+        text = _("%(name)s (service)") % {"name": ident or _("unknown")}
     elif kind == "SYSTEM":
-        text = f"{reason or 'engine'} (system)"
+        text = _("%(reason)s (system)") % {"reason": reason or _("engine")}
     else:
         return "—"
     if on_behalf_of:
-        text += f" for {on_behalf_of}"
+        text = _("%(actor)s for %(user)s") % {"actor": text, "user": on_behalf_of}
     if status == "DEGRADED":
-        text += " (unverified)"
+        text = _("%(actor)s (unverified)") % {"actor": text}
     return text
 
 
@@ -143,12 +145,83 @@ def _actor_of(row: Any) -> str:
     return actor_text(row.actor_kind, row.actor_id, row.actor_reason, row.on_behalf_of, row.attribution_status)
 
 
+# the timeline filter's choices (queries.HISTORY_FILTERS) in words
+FILTER_LABELS = {
+    "decisions": gettext_lazy("Decisions"),
+    "commands": gettext_lazy("Commands"),
+    "signals": gettext_lazy("Signals"),
+    "tasks": gettext_lazy("Tasks"),
+    "timers": gettext_lazy("Timers"),
+    "effects": gettext_lazy("Effects"),
+    "lifecycle": gettext_lazy("Lifecycle"),
+}
+
+# the timeline's words for the history's entry types (an unknown type is shown humanised)
+ENTRY_LABELS = {
+    "WORKFLOW_STARTED": gettext_lazy("Workflow started"),
+    "WORKFLOW_COMPLETED": gettext_lazy("Workflow completed"),
+    "WORKFLOW_FAILED": gettext_lazy("Workflow failed"),
+    "WORKFLOW_CANCELLED": gettext_lazy("Workflow cancelled"),
+    "WORKFLOW_COMPENSATED": gettext_lazy("Workflow compensated"),
+    "WORKFLOW_MIGRATED": gettext_lazy("Workflow migrated"),
+    "WORKFLOW_ERROR": gettext_lazy("Workflow error"),
+    "DECISION": gettext_lazy("Decision"),
+    "STATE_BASELINE": gettext_lazy("State baseline"),
+    "TASK_CREATED": gettext_lazy("Task created"),
+    "TASK_CLAIMED": gettext_lazy("Task claimed"),
+    "TASK_COMPLETED": gettext_lazy("Task completed"),
+    "TASK_CANCELLED": gettext_lazy("Task cancelled"),
+    "TASK_EXPIRED": gettext_lazy("Task expired"),
+    "TASK_REASSIGNED": gettext_lazy("Task reassigned"),
+    "TASK_REMINDER_FIRED": gettext_lazy("Task reminder fired"),
+    "TASK_WITHDRAWN": gettext_lazy("Task withdrawn"),
+    "SIGNAL_RECEIVED": gettext_lazy("Signal received"),
+    "SIGNAL_APPLIED": gettext_lazy("Signal applied"),
+    "SIGNAL_PARKED": gettext_lazy("Signal parked"),
+    "SIGNAL_REJECTED": gettext_lazy("Signal rejected"),
+    "TIMER_FIRED": gettext_lazy("Timer fired"),
+    "TIMER_CANCELLED": gettext_lazy("Timer cancelled"),
+    "TIMEOUT": gettext_lazy("Timeout"),
+    "COMMAND_RECEIVED": gettext_lazy("Command received"),
+    "COMMAND_COMPLETED": gettext_lazy("Command completed"),
+    "COMMAND_CANCELLED": gettext_lazy("Command cancelled"),
+    "COMMAND_DEAD": gettext_lazy("Command dead"),
+    "COMMAND_DEFERRED": gettext_lazy("Command deferred"),
+    "COMMAND_FAILED": gettext_lazy("Command failed"),
+    "COMMAND_RECONCILED": gettext_lazy("Command reconciled"),
+    "COMMAND_REJECTED": gettext_lazy("Command rejected"),
+    "COMMAND_STALE": gettext_lazy("Command stale"),
+    "COMMAND_SUPERSEDED": gettext_lazy("Command superseded"),
+    "DEAD_LETTERS_REOFFERED": gettext_lazy("Dead letters reoffered"),
+    "EMAIL_SENT": gettext_lazy("Email sent"),
+    "EFFECT_RESOLVED": gettext_lazy("Effect resolved"),
+    "SERVICE_DISPATCHED": gettext_lazy("Service dispatched"),
+    "COMPENSATION_STARTED": gettext_lazy("Compensation started"),
+    "COMPENSATION_DISPATCHED": gettext_lazy("Compensation dispatched"),
+    "BRANCH_COMPLETED": gettext_lazy("Branch completed"),
+    "BRANCH_DONE": gettext_lazy("Branch done"),
+    "BRANCH_ENDED": gettext_lazy("Branch ended"),
+    "BRANCH_FAILED": gettext_lazy("Branch failed"),
+    "BRANCH_RETRIED": gettext_lazy("Branch retried"),
+    "CALL_STARTED": gettext_lazy("Call started"),
+    "CALL_RETURNED": gettext_lazy("Call returned"),
+    "CALL_FAILED": gettext_lazy("Call failed"),
+    "CANCELLED": gettext_lazy("Cancelled"),
+    "FAILED": gettext_lazy("Failed"),
+    "MIGRATION_PENDING": gettext_lazy("Migration pending"),
+    "MIGRATION_REJECTED": gettext_lazy("Migration rejected"),
+}
+
+
 def humanise(entry_type: str) -> str:
-    return entry_type.replace("_", " ").capitalize()
+    """A history entry type in words: its translation where the catalog has one."""
+    words = entry_type.replace("_", " ").capitalize()
+    label = ENTRY_LABELS.get(entry_type)
+    return str(label) if label is not None else words
 
 
 def _pointer_text(pointer: str) -> str:
-    return pointer or "(whole state)"
+    return pointer or _("(whole state)")
 
 
 def _value_at(document: Any, pointer: str) -> tuple[bool, Any]:
@@ -171,7 +244,7 @@ def patch_lines(patch: Any) -> list[dict[str, str]]:
     lines = []
     for op in patch or []:
         kind = op.get("op", "")
-        words = {"add": "added", "replace": "set", "remove": "removed"}.get(kind, kind)
+        words = {"add": _("added"), "replace": _("set"), "remove": _("removed")}.get(kind, kind)
         lines.append(
             {
                 "op": kind,
@@ -209,12 +282,12 @@ def _details(entry: HistoryEntry) -> dict[str, Any]:
     info: dict[str, Any] = {"lines": [], "patch": [], "full": ""}
     if entry.type == "DECISION":
         if entry.patch is None:
-            info["lines"].append("State change too large for a patch: the full state was logged next.")
+            info["lines"].append(_("State change too large for a patch: the full state was logged next."))
         elif entry.patch == []:
-            info["lines"].append("State unchanged.")
+            info["lines"].append(_("State unchanged."))
         info["patch"] = patch_lines(entry.patch)
     elif entry.type == "STATE_BASELINE" and payload is not None:
-        info["lines"].append("Full state logged (the decision log replays from here).")
+        info["lines"].append(_("Full state logged (the decision log replays from here)."))
         info["full"] = _pretty(payload.get("state"))
     elif payload is not None:
         for key in ("signal", "decision", "task", "kind", "reason", "count", "recipients", "action"):
@@ -222,7 +295,9 @@ def _details(entry: HistoryEntry) -> dict[str, Any]:
                 info["lines"].append(f"{key}: {_compact(payload[key], 80)}")
         if "assignment" in payload and isinstance(payload["assignment"], dict):
             a = payload["assignment"]
-            info["lines"].append(f"assigned to {a.get('mode', '')} {a.get('value', '')}".strip())
+            info["lines"].append(
+                (_("assigned to %(mode)s %(value)s") % {"mode": a.get("mode", ""), "value": a.get("value", "")}).strip()
+            )
         if "payload" in payload:
             info["lines"].append(f"payload: {_compact(payload['payload'])}")
             info["full"] = _pretty(payload["payload"])
@@ -239,7 +314,7 @@ def timeline_rows(entries: list[HistoryEntry], plan: Any) -> list[dict[str, Any]
         step = steps.get(e.step)
         routes = decision_routes(step, outcome) if e.type == "DECISION" and outcome else None
         if routes is not None:
-            outcome = f"chose {outcome}"
+            outcome = _("chose %(step)s") % {"step": outcome}
         rows.append(
             {
                 "entry": e,
@@ -306,11 +381,11 @@ def decision_routes(step: Any, outcome: str, before: Any = None, *, with_values:
     rows = []
     for i, route in enumerate(step.routes):
         if not hits or i < hits[0]:
-            verdict, tone = "did not hold", "no"
+            verdict, tone = _("did not hold"), "no"
         elif not several:
-            verdict, tone = ("matched", "yes") if i == hits[0] else ("not evaluated", "skip")
+            verdict, tone = (_("matched"), "yes") if i == hits[0] else (_("not evaluated"), "skip")
         else:
-            verdict, tone = ("one of these matched", "maybe") if i in hits else ("not recorded", "skip")
+            verdict, tone = (_("one of these matched"), "maybe") if i in hits else (_("not recorded"), "skip")
         kind, test = _test_of(step, route)
         reads = []
         if with_values:
@@ -321,9 +396,9 @@ def decision_routes(step: Any, outcome: str, before: Any = None, *, with_values:
             {"n": i + 1, "kind": kind, "test": test, "to": route.to, "verdict": verdict, "tone": tone, "reads": reads}
         )
     if outcome != step.default:
-        default = ("not taken", "skip")
+        default = (_("not taken"), "skip")
     else:
-        default = ("one of these matched", "maybe") if several else ("taken", "yes")
+        default = (_("one of these matched"), "maybe") if several else (_("taken"), "yes")
     return {
         "rows": rows,
         "default": step.default,
@@ -415,7 +490,8 @@ def _history_context(run: Run, plan: Any, params: dict[str, Any]) -> dict[str, A
         "history_query": query_string,
         "only": params["only"],
         "newest_first": newest,
-        "filters": list(queries.HISTORY_FILTERS),
+        "filters": [(f, FILTER_LABELS.get(f, f.capitalize())) for f in queries.HISTORY_FILTERS],
+        "only_label": FILTER_LABELS.get(params["only"], params["only"]),
     }
 
 
@@ -436,7 +512,8 @@ def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
             highlight=positions,
             visited=visited,
             taken=moves,
-            title=f"Graph of {run.definition_id} version {run.version}",
+            title=_("Graph of %(workflow)s version %(version)s")
+            % {"workflow": run.definition_id, "version": run.version},
         )
     start = queries.started_by(run_id=run.id)
     context = {
@@ -527,7 +604,7 @@ def run_cancel(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
             seen_version, seen_seq = run.state_version, run.history_seq
         return _confirmation(request, run, seen_version, seen_seq)
     if seen_version is None or seen_seq is None:
-        return HttpResponseBadRequest("The confirmation form is incomplete; open it again from the run's page.")
+        return HttpResponseBadRequest(_("The confirmation form is incomplete; open it again from the run's page."))
     reason = " ".join(str(request.POST.get("reason", "")).split())[:255]
     try:
         operations.cancel_confirmed(
@@ -547,9 +624,9 @@ def run_cancel(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
             seen_version,
             seen_seq,
             status=503,
-            notice="The run is busy right now; nothing was cancelled. Try again in a moment.",
+            notice=_("The run is busy right now; nothing was cancelled. Try again in a moment."),
         )
-    messages.success(request, "The run was cancelled, with everything it had open.")
+    messages.success(request, _("The run was cancelled, with everything it had open."))
     return HttpResponseRedirect(reverse("workflows:runs:detail", args=[run.id]))
 
 
@@ -627,14 +704,14 @@ def run_signal(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     chosen = next((s for s in signals if s["key"] == key), None)
     if request.method == "GET" or chosen is None:
         if request.method == "POST":
-            return _signal_page(request, run, signals, None, status=409, notice=NOT_WAITING_FOR_SIGNAL)
+            return _signal_page(request, run, signals, None, status=409, notice=str(NOT_WAITING_FOR_SIGNAL))
         return _signal_page(request, run, signals, chosen or (signals[0] if signals else None))
     form = _signal_form(chosen)
     if request.POST.get("confirmed"):
         try:
             payload = jsonvalues.loads_input(str(request.POST.get("payload_json", "")))
         except ValueError:
-            return HttpResponseBadRequest("The confirmation form is incomplete; open it again from the run's page.")
+            return HttpResponseBadRequest(_("The confirmation form is incomplete; open it again from the run's page."))
     else:
         payload = forms.parse(form, request.POST)
     if not form.has_errors and chosen["schema"]:
@@ -663,19 +740,22 @@ def run_signal(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     except InvalidPayload as exc:
         forms.attach(form, chosen["schema"], exc.violations)
         if not form.has_errors:
-            form.errors.append("This signal could not be sent with these details.")
+            form.errors.append(_("This signal could not be sent with these details."))
         return _signal_page(request, run, signals, chosen, form=form, status=422)
     except (SignalRejected, SignalLimit, IdempotencyConflict) as exc:
-        return _signal_page(request, run, signals, chosen, status=exc.status, notice=REFUSED_SIGNAL)
+        return _signal_page(request, run, signals, chosen, status=exc.status, notice=str(REFUSED_SIGNAL))
     except (LockTimeout, PersistenceError):
-        return _signal_page(request, run, signals, chosen, status=503, notice=BUSY.format(what="sent"))
-    messages.success(request, f"Signal {chosen['name']} sent; the run moves on when the executor applies it.")
+        return _signal_page(request, run, signals, chosen, status=503, notice=str(BUSY_SENDING))
+    messages.success(
+        request, _("Signal %(name)s sent; the run moves on when the executor applies it.") % {"name": chosen["name"]}
+    )
     return HttpResponseRedirect(reverse("workflows:runs:detail", args=[run.id]))
 
 
-NOT_WAITING_FOR_SIGNAL = "The run is not waiting for this signal any more; nothing was sent."
-REFUSED_SIGNAL = "The run refused this signal (it ended, or has too many open signals); nothing was sent."
-BUSY = "The run is busy right now; nothing was {what}. Try again in a moment."
+NOT_WAITING_FOR_SIGNAL = gettext_lazy("The run is not waiting for this signal any more; nothing was sent.")
+REFUSED_SIGNAL = gettext_lazy("The run refused this signal (it ended, or has too many open signals); nothing was sent.")
+BUSY_SENDING = gettext_lazy("The run is busy right now; nothing was sent. Try again in a moment.")
+BUSY_RETRYING = gettext_lazy("The run is busy right now; nothing was retried. Try again in a moment.")
 
 
 def _signal_page(
@@ -718,7 +798,7 @@ def run_retry(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         run.refresh_from_db()
         return render(request, "workflows/runs/retry.html", {"run": run, "not_failed": True}, status=409)
     except (LockTimeout, PersistenceError):
-        notice = BUSY.format(what="retried")
+        notice = str(BUSY_RETRYING)
         return render(request, "workflows/runs/retry.html", {"run": run, "notice": notice}, status=503)
-    messages.success(request, "Retry recorded; the run resumes where it failed when the executor runs it.")
+    messages.success(request, _("Retry recorded; the run resumes where it failed when the executor runs it."))
     return HttpResponseRedirect(reverse("workflows:runs:detail", args=[run.id]))

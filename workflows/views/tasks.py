@@ -33,6 +33,8 @@ from django.core.paginator import Page, Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -56,14 +58,14 @@ MAX_STATE_DEPTH = 6
 # confirmation can show where the run went (the decision is recorded either way)
 CONFIRM_WAIT_SECONDS = 2.0
 PAGE_SIZE = 25  # inbox and "Completed by me" rows per page
-SORTS = {"due": "Due date, soonest first", "-due": "Due date, latest first"}
+SORTS = {"due": gettext_lazy("Due date, soonest first"), "-due": gettext_lazy("Due date, latest first")}
 
 CLOSED_NOTICES = {
-    "COMPLETING": "A decision has been recorded for this task and is being applied.",
-    "COMPLETED": "This task has been completed.",
-    "EXPIRED": "This task expired when it passed its due date; it no longer takes a decision.",
-    "CANCELLED": "This task was cancelled: its run ended or was cancelled.",
-    "WITHDRAWN": "This task was withdrawn; it no longer takes a decision.",
+    "COMPLETING": gettext_lazy("A decision has been recorded for this task and is being applied."),
+    "COMPLETED": gettext_lazy("This task has been completed."),
+    "EXPIRED": gettext_lazy("This task expired when it passed its due date; it no longer takes a decision."),
+    "CANCELLED": gettext_lazy("This task was cancelled: its run ended or was cancelled."),
+    "WITHDRAWN": gettext_lazy("This task was withdrawn; it no longer takes a decision."),
 }
 
 
@@ -73,20 +75,20 @@ CLOSED_NOTICES = {
 class InboxForm(html_forms.Form):
     """The inbox's search, filters and order, read from the query string."""
 
-    q = html_forms.CharField(required=False, max_length=200, label="Search")
-    workflow = html_forms.ChoiceField(required=False, label="Workflow")
-    group = html_forms.ChoiceField(required=False, label="Group")
+    q = html_forms.CharField(required=False, max_length=200, label=gettext_lazy("Search"))
+    workflow = html_forms.ChoiceField(required=False, label=gettext_lazy("Workflow"))
+    group = html_forms.ChoiceField(required=False, label=gettext_lazy("Group"))
     due_before = html_forms.DateField(
         required=False,
-        label="Due before",
+        label=gettext_lazy("Due before"),
         widget=html_forms.DateInput(attrs={"type": "date"}),
-        error_messages={"invalid": "Enter a date as YYYY-MM-DD."},
+        error_messages={"invalid": gettext_lazy("Enter a date as YYYY-MM-DD.")},
     )
-    sort = html_forms.ChoiceField(required=False, label="Order", choices=list(SORTS.items()))
+    sort = html_forms.ChoiceField(required=False, label=gettext_lazy("Order"), choices=list(SORTS.items()))
 
     def __init__(self, data: Any, *, user: Any) -> None:
         super().__init__(data)
-        any_choice = [("", "Any")]
+        any_choice = [("", _("Any"))]
         workflow = self.fields["workflow"]
         group = self.fields["group"]
         assert isinstance(workflow, html_forms.ChoiceField) and isinstance(group, html_forms.ChoiceField)
@@ -223,7 +225,7 @@ def _decide(request: HttpRequest, task: Task) -> HttpResponse:
             return _render_task(request, task, status=409)
         forms.attach(form, chosen.get("schema") if chosen else None, exc.violations)
         if not form.has_errors:
-            form.errors.append("This decision could not be recorded with these details.")
+            form.errors.append(_("This decision could not be recorded with these details."))
         return _render_task(request, task, failed=form, key=key, status=422)
     except TaskNotWaiting as exc:
         task.refresh_from_db()
@@ -232,7 +234,7 @@ def _decide(request: HttpRequest, task: Task) -> HttpResponse:
         if not queries.can_act_on_task(request.user, task):
             return _gone(request, status=409)
         if task.status == "OPEN":
-            notice = (
+            notice = _(
                 "This task changed since you opened it (it was reassigned or its subject changed). "
                 "Review it again before deciding."
             )
@@ -242,7 +244,7 @@ def _decide(request: HttpRequest, task: Task) -> HttpResponse:
         return _render_task(
             request,
             task,
-            notice="This form was already sent with other details. Reload the page to decide again.",
+            notice=_("This form was already sent with other details. Reload the page to decide again."),
             status=409,
         )
     except (LockTimeout, PersistenceError):
@@ -252,14 +254,14 @@ def _decide(request: HttpRequest, task: Task) -> HttpResponse:
             failed=form,
             key=key,
             status=503,
-            notice="The run is busy right now; nothing was recorded. Try again in a moment.",
+            notice=_("The run is busy right now; nothing was recorded. Try again in a moment."),
         )
 
     label = _label(chosen) if chosen else decision
     # give the executor a moment so the page can show where the run went
     if CONFIRM_WAIT_SECONDS > 0:
         operations.await_idle(CONFIRM_WAIT_SECONDS, run_id=recorded.run_id)
-    messages.success(request, f"Your decision “{label}” was recorded.")
+    messages.success(request, _("Your decision “%(label)s” was recorded.") % {"label": label})
     return HttpResponseRedirect(reverse("workflows:task", args=[task.id]))
 
 
@@ -282,15 +284,17 @@ def claim(request: HttpRequest, task_id: uuid.UUID) -> HttpResponse:
         if exc.code == "TASK_CLAIMED":
             messages.error(request, _claimed_notice(task))
         elif exc.code == "TASK_NOT_CLAIMABLE":
-            messages.error(request, "This task is assigned to you alone; it needs no claim.")
+            messages.error(request, _("This task is assigned to you alone; it needs no claim."))
         else:
-            messages.error(request, "This task no longer takes a decision, so its claim cannot change.")
+            messages.error(request, _("This task no longer takes a decision, so its claim cannot change."))
     else:
         if release:
-            messages.success(request, "You released this task: any member of its group may take it now.")
+            messages.success(request, _("You released this task: any member of its group may take it now."))
         else:
             messages.success(
-                request, f"You claimed this task: other members of group {task.assignment_value} see that you hold it."
+                request,
+                _("You claimed this task: other members of group %(group)s see that you hold it.")
+                % {"group": task.assignment_value},
             )
     return HttpResponseRedirect(reverse("workflows:task", args=[task.id]))
 
@@ -302,10 +306,10 @@ def _held_by_another(request: HttpRequest, task: Task) -> bool:
 
 def _claimed_notice(task: Task) -> str:
     if not task.claimed_by:
-        return "This task changed since you opened it. Review it again before deciding."
-    return (
-        f"{task.claimed_by} has claimed this task; only they can decide it until they release it. Nothing was changed."
-    )
+        return _("This task changed since you opened it. Review it again before deciding.")
+    return _("%(name)s has claimed this task; only they can decide it until they release it. Nothing was changed.") % {
+        "name": task.claimed_by
+    }
 
 
 def _render_task(
@@ -442,7 +446,7 @@ def _readable(value: Any) -> Any:
                 entries.append(node(sub, depth + 1))
             return {"kind": "list", "items": entries}
         if v is True or v is False:
-            return {"kind": "bool", "text": "Yes" if v else "No"}
+            return {"kind": "bool", "text": _("Yes") if v else _("No")}
         if v is None:
             return {"kind": "none", "text": "—"}
         return {"kind": "scalar", "text": str(v)}

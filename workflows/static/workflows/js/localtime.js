@@ -2,7 +2,7 @@
 // <time datetime="ISO 8601 with offset" title="the same">YYYY-MM-DD HH:MM[:SS] +0000</time>
 // (the local_time filter, workflows/templatetags/switchyard_time.py), which is what a reader
 // without JavaScript sees. Loaded on every page by switchyard/assets.html. This
-// script rewrites each one's text in the browser's zone and language with
+// script rewrites each one's text in the browser's zone and the page's language with
 // Intl.DateTimeFormat, naming the zone ("3 Dec 2026, 15:04:05 CET"); the title keeps the
 // absolute ISO time. It runs on load and again on every htmx swap (timeline pages).
 (function () {
@@ -17,9 +17,18 @@
     second: "2-digit",
     timeZoneName: "short",
   };
-  var format = new Intl.DateTimeFormat(undefined, options);
+  // the page's language (<html lang>, set from the active Django language), else the browser's
+  var language = document.documentElement.lang || undefined;
+  function formatter(opts) {
+    try {
+      return new Intl.DateTimeFormat(language, opts);
+    } catch (e) {
+      return new Intl.DateTimeFormat(undefined, opts); // a tag Intl does not know
+    }
+  }
+  var format = formatter(options);
   // a time the server wrote to the minute (the local_time filter's default) stays so
-  var minutes = new Intl.DateTimeFormat(undefined, Object.assign({}, options, { second: undefined }));
+  var minutes = formatter(Object.assign({}, options, { second: undefined }));
 
   function localise(root) {
     var times = (root || document).querySelectorAll("time[datetime]:not([data-local])");

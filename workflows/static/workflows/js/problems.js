@@ -22,6 +22,9 @@
 (function () {
   "use strict";
 
+  // English defaults; the page's language comes from the script element's data-title-N and
+  // data-detail-N attributes (switchyard/assets.html renders them translated)
+  var SCRIPT = document.currentScript;
   var STATUS_TEXT = {
     0: ["The server could not be reached", "Check the connection and try again; reload the page to see what was saved."],
     400: ["The request was refused", "This page is out of date; reload it and try again."],
@@ -57,6 +60,11 @@
     return made;
   }
 
+  function translated(which, status, fallback) {
+    var text = SCRIPT ? SCRIPT.getAttribute("data-" + which + "-" + status) : null;
+    return text || fallback;
+  }
+
   function problemOf(xhr) {
     var type = (xhr && xhr.getResponseHeader("Content-Type")) || "";
     if (type.indexOf("application/problem+json") === 0) {
@@ -66,8 +74,9 @@
       } catch (e) { /* an unreadable problem is shown by its status */ }
     }
     var status = xhr ? xhr.status : 0;
-    var text = STATUS_TEXT[status] || STATUS_TEXT[status >= 500 ? 500 : 400];
-    return { title: text[0], detail: text[1], status: status, violations: [] };
+    var known = STATUS_TEXT[status] ? status : (status >= 500 ? 500 : 400);
+    var text = STATUS_TEXT[known];
+    return { title: translated("title", known, text[0]), detail: translated("detail", known, text[1]), status: status, violations: [] };
   }
 
   function paragraph(className, text) {

@@ -100,14 +100,20 @@ def test_each_transition_reaches_the_receiver_once_signed(
     by_run: dict[str, list[str]] = {}
     for body in bodies(receiver):
         by_run.setdefault(body["data"]["run_id"], []).append(body["type"])
-    assert sorted(by_run[str(approved.run_id)]) == sorted(["run.started", "task.created", "task.completed", "run.completed"])
-    assert sorted(by_run[str(rejected.run_id)]) == sorted(["run.started", "task.created", "task.completed", "run.failed"])
+    assert sorted(by_run[str(approved.run_id)]) == sorted(
+        ["run.started", "task.created", "task.completed", "run.completed"]
+    )
+    assert sorted(by_run[str(rejected.run_id)]) == sorted(
+        ["run.started", "task.created", "task.completed", "run.failed"]
+    )
     assert sorted(by_run[str(cancelled.run_id)]) == sorted(["run.started", "task.created", "run.cancelled"])
 
     completed = next(b for b in bodies(receiver) if b["type"] == "run.completed")
     assert completed["data"]["business_key"] == "B-1" and completed["data"]["definition_id"] == "approval"
     assert completed["data"]["definition_version"] == 1
-    task_event = next(b for b in bodies(receiver) if b["type"] == "task.completed" and b["data"]["run_id"] == str(approved.run_id))
+    task_event = next(
+        b for b in bodies(receiver) if b["type"] == "task.completed" and b["data"]["run_id"] == str(approved.run_id)
+    )
     assert task_event["data"]["task_id"] == str(Task.objects.get(run_id=approved.run_id).id)
     assert "N-1" not in json.dumps(bodies(receiver))  # no state values
     # the signals heard the same events, after commit, once each
@@ -115,7 +121,9 @@ def test_each_transition_reaches_the_receiver_once_signed(
     assert WebhookAttempt.objects.filter(subscription_id=subscription.id, status_code=200).count() == len(ids)
 
 
-def test_the_event_id_is_the_history_entry_s(deploy: Callable[..., Any], drain: Callable[..., int], heard: list[Any]) -> None:
+def test_the_event_id_is_the_history_entry_s(
+    deploy: Callable[..., Any], drain: Callable[..., int], heard: list[Any]
+) -> None:
     deploy(documents.APPROVAL)
     run_id = operations.start(definition_id="approval", payload={"number": "N-1", "total": 10}).run_id
     drain()
@@ -220,6 +228,60 @@ def test_redelivery_refusals(deploy: Callable[..., Any], drain: Callable[..., in
     run_id = operations.start(definition_id="approval", payload={"number": "N-1", "total": 10}).run_id
     drain()
     intent = OutboxIntent.objects.get(run_id=run_id, kind="EVENT")
-    OutboxIntent.objects.filter(pk=intent.pk).update(status="DELIVERING", lease_until=Run.objects.get(pk=run_id).created_at.replace(year=2999))
+    OutboxIntent.objects.filter(pk=intent.pk).update(
+        status="DELIVERING", lease_until=Run.objects.get(pk=run_id).created_at.replace(year=2999)
+    )
     with pytest.raises(DeliveryInFlight):
         operations.webhook_redeliver(delivery_id=intent.pk)
+
+
+TIMED = """
+definitionId: events-timed
+definitionVersion: {v}
+contract: {{name: events-timed.v1, signals: {{}}}}
+stateSchema: {{type: object}}
+startPayloadSchema: {{type: object}}
+initialStep: review
+steps:
+  - id: review
+    type: human-task
+    title: "Review"
+    assignment: {{mode: group, value: approvers}}
+    due: {{after: PT1H, next: late}}
+    decisions:
+      - {{name: approve, next: done}}
+  - id: late
+    type: human-task
+    title: "Late"
+    assignment: {{mode: group, value: approvers}}
+    decisions:
+      - {{name: approve, next: done}}
+  - {{id: done, type: complete}}
+"""
+
+
+def test_an_expired_task_and_a_migrated_run_are_events(
+    deploy: Callable[..., Any], drain: Callable[..., int], heard: list[Any]
+) -> None:
+    from workflows.engine import db
+
+    deploy(TIMED.format(v=1))
+    deploy(TIMED.format(v=2), activate=False)
+    expiring = operations.start(definition_id="events-timed", payload={}).run_id
+    moving = operations.start(definition_id="events-timed", payload={}).run_id
+    drain()
+    db.execute(
+        "UPDATE workflow_commands SET fire_at = now() - interval '1 minute', order_at = now() - interval "
+        "'1 minute', available_at = now() - interval '1 minute' WHERE run_id = %s AND timer_kind = 'DUE'",
+        [expiring],
+    )
+    db.execute("UPDATE workflow_timers SET fire_at = now() - interval '1 minute' WHERE run_id = %s", [expiring])
+    operations.migrate(run_id=moving, target_version=2)
+    drain()
+
+    expired = [e for e in heard if e.type == "task.expired"]
+    assert [(e.run_id, e.task_id) for e in expired] == [
+        (str(expiring), str(Task.objects.get(run_id=expiring, step="review").id))
+    ]
+    (migrated,) = [e for e in heard if e.type == "run.migrated"]
+    assert migrated.run_id == str(moving) and migrated.definition_version == 2

@@ -54,6 +54,7 @@ v1: list[URLPattern | URLResolver] = [
     path("activations/<str:scope>/<str:definition_id>/", views.ActivationView.as_view(), name="activation"),
     path("captures/", include("capture.api")),
     path("migrations/", include("workflows.api.migrations")),
+    path("webhooks/", include("workflows.api.webhooks")),
     re_path(r"^[\s\S]*$", views.not_found),  # [\s\S]: a path may hold a (decoded) newline
 ]
 

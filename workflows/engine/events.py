@@ -81,7 +81,8 @@ def recorded(buffer: HistoryBuffer, rows: list[dict[str, Any]]) -> None:
         kind = EVENT_OF_ENTRY.get(row["type"])
         if kind is None:
             continue
-        payload = row.get("payload") if isinstance(row.get("payload"), dict) else {}
+        given = row.get("payload")
+        payload: dict[str, Any] = given if isinstance(given, dict) else {}
         outcome = ""
         if kind == signals.RUN_FAILED:
             outcome = str(row.get("outcome") or "")

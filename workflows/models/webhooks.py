@@ -22,7 +22,11 @@ class WebhookSubscription(models.Model):
     description = models.CharField(_("description"), max_length=255, blank=True, default="")
     events = json_field(default=list)  # event type names
     definition_id = models.CharField(
-        _("definition"), max_length=255, blank=True, default="", help_text=_("Only this definition's runs (blank: all).")
+        _("definition"),
+        max_length=255,
+        blank=True,
+        default="",
+        help_text=_("Only this definition's runs (blank: all)."),
     )
     active = models.BooleanField(_("active"), default=True)
     secret = models.CharField(max_length=100, editable=False)

@@ -51,6 +51,7 @@ __all__ = [
     "start",
     "webhook_create",
     "webhook_delete",
+    "webhook_problems",
     "webhook_redeliver",
     "webhook_rotate_secret",
     "webhook_update",
@@ -825,3 +826,9 @@ def webhook_redeliver(*, delivery_id: Any) -> None:
     if not -(2**63) <= intent_id < 2**63:
         raise WebhookNotFound("no webhook delivery has this id")
     _tx("webhook_redeliver", event_engine.redeliver, intent_id=intent_id)
+
+
+def webhook_problems(*, url: str | None = None, events: Any = None) -> list[Violation]:
+    """What ``webhook_create`` would refuse in ``url`` and ``events`` (value-free violations
+    with pointers ``/url``, ``/events/N``), for forms that show them beside their fields."""
+    return event_engine.subscription_problems(url=url, events=events)

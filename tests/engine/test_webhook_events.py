@@ -13,12 +13,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.test import override_settings
 
 from tests.engine import documents
 from tests.support import https_receiver
-from workflows import conf, operations, signals, tasks
+from workflows import operations, signals, tasks
 from workflows.engine import outbox, webhooks
 from workflows.exceptions import DeliveryInFlight, InvalidPayload, WebhookNotFound
 from workflows.models import HistoryEntry, OutboxIntent, Run, Task, WebhookAttempt
@@ -30,12 +28,8 @@ ALL = list(signals.EVENT_TYPES)
 
 @pytest.fixture
 def allow_loopback() -> Iterator[None]:
-    """WORKFLOWS["SERVICES"]["ALLOWED_NETWORKS"] holds 127.0.0.1 for this test only."""
-    workflows = {**getattr(settings, "WORKFLOWS", {}), "SERVICES": {"ALLOWED_NETWORKS": ["127.0.0.1/32"]}}
-    with override_settings(WORKFLOWS=workflows):
-        conf.reload()
+    with https_receiver.allowed_networks("127.0.0.1/32"):
         yield
-    conf.reload()
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ import http.server
 import ssl
 import subprocess
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,3 +92,19 @@ def start(folder: Path) -> HttpsReceiver:
     receiver._thread = threading.Thread(target=server.serve_forever, daemon=True)
     receiver._thread.start()
     return receiver
+
+
+@contextmanager
+def allowed_networks(*networks: str) -> Iterator[None]:
+    """WORKFLOWS["SERVICES"]["ALLOWED_NETWORKS"] in this process for the block (the receiver
+    listens on 127.0.0.1, which the network policy refuses otherwise)."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    from workflows import conf
+
+    workflows = {**getattr(settings, "WORKFLOWS", {}), "SERVICES": {"ALLOWED_NETWORKS": list(networks)}}
+    with override_settings(WORKFLOWS=workflows):
+        conf.reload()
+        yield
+    conf.reload()

@@ -3,8 +3,6 @@ errors, the delivery log is read-only and *Redeliver* makes one more attempt."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client

@@ -9,6 +9,8 @@ attempt. The secret is kept to sign with (the API and the admin show it once, wh
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -66,8 +68,15 @@ class WebhookAttempt(models.Model):
         return f"attempt {self.id}"
 
 
+class EventDeliveries(models.Manager["WebhookDelivery"]):
+    def get_queryset(self) -> models.QuerySet[WebhookDelivery]:
+        return super().get_queryset().filter(kind="EVENT")
+
+
 class WebhookDelivery(OutboxIntent):
     """An event's delivery to one subscription: the outbox intent (kind EVENT), for the admin."""
+
+    objects: ClassVar[EventDeliveries] = EventDeliveries()  # type: ignore[assignment]  # only the EVENT intents, wherever the model is asked for rows
 
     class Meta:
         proxy = True

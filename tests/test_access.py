@@ -26,7 +26,7 @@ from tests.reliability.routes import _walk, routes
 from workflows import access, definitions, operations
 from workflows.access import ADMIN, ASSIGNMENT, PUBLIC, TOKEN, Capability
 from workflows.engine import executor
-from workflows.models import Command, Task
+from workflows.models import Command, OutboxIntent, Task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,6 +87,7 @@ def world() -> dict[str, Any]:
     command, a capture: the ids every route needs."""
     deploy(1)
     deploy(1, version=2)
+    webhook, _ = operations.webhook_create(url="https://hooks.invalid/access", events=["run.started"])
     run_id = operations.start(definition_id="access-1", payload={}).run_id
     executor.drain(budget_seconds=10)
     record = operations.migration_preview(
@@ -106,7 +107,8 @@ def world() -> dict[str, Any]:
         "run": str(run_id), "run_id": str(run_id), "task": str(task.id), "task_id": str(task.id),
         "command_id": command.id, "seq": 1, "i": 0, "scope": "default", "definition_id": "access-1",
         "version": 1, "record": record, "record_id": record, "capture": capture.pk, "capture_id": capture.pk,
-        "decision": "resolve", "bulk": bulk,
+        "decision": "resolve", "bulk": bulk, "webhook_id": webhook.id,
+        "delivery_id": OutboxIntent.objects.get(run_id=run_id, kind="EVENT").id,
     }  # fmt: skip
     return {"ids": ids}
 

@@ -42,6 +42,8 @@ class Capability(enum.StrEnum):
     OPERATE = "operate"
     VIEW_CAPTURES = "view captures"
     ACT_ON_ANY_TASK = "act on any task"
+    VIEW_WEBHOOKS = "view webhooks"
+    MANAGE_WEBHOOKS = "manage webhooks"
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,14 @@ MATRIX: dict[Capability, Rule] = {
     Capability.ACT_ON_ANY_TASK: Rule(
         ("workflows.change_task",),
         "see, complete and reassign any task (others only the tasks assigned to them or their groups)",
+    ),
+    Capability.VIEW_WEBHOOKS: Rule(
+        ("workflows.view_webhooksubscription", "workflows.change_webhooksubscription"),
+        "read webhook subscriptions and their delivery log: API /webhooks/, the webhook admin (model permissions)",
+    ),
+    Capability.MANAGE_WEBHOOKS: Rule(
+        ("workflows.change_webhooksubscription",),
+        "create, change, delete webhook subscriptions, rotate their secrets, redeliver events: API, webhook admin",
     ),
 }
 
@@ -153,6 +163,15 @@ ROUTES: dict[str, dict[str, Guard]] = {
     "api:migration-pause": {"POST": Capability.MIGRATE},
     "api:migration-resume": {"POST": Capability.MIGRATE},
     "api:migration-close": {"POST": Capability.MIGRATE},
+    "api:webhooks": {"GET": Capability.VIEW_WEBHOOKS, "POST": Capability.MANAGE_WEBHOOKS},
+    "api:webhook": {
+        "GET": Capability.VIEW_WEBHOOKS,
+        "PATCH": Capability.MANAGE_WEBHOOKS,
+        "DELETE": Capability.MANAGE_WEBHOOKS,
+    },
+    "api:webhook-rotate-secret": {"POST": Capability.MANAGE_WEBHOOKS},
+    "api:webhook-deliveries": {"GET": Capability.VIEW_WEBHOOKS},
+    "api:webhook-redeliver": {"POST": Capability.MANAGE_WEBHOOKS},
     # approvers' pages
     "workflows:inbox": {"GET": ASSIGNMENT},
     "workflows:task": {"GET": ASSIGNMENT, "POST": ASSIGNMENT},

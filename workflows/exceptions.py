@@ -296,3 +296,19 @@ class BusinessKeyAmbiguous(WorkflowError):
     code = "BUSINESS_KEY_AMBIGUOUS"
     status = 409
     title = "More than one open run has this business key"
+
+
+class WebhookNotFound(WorkflowError):
+    """No webhook subscription (or delivery of one) has this id."""
+
+    code = "WEBHOOK_NOT_FOUND"
+    status = 404
+    title = "Webhook not found"
+
+
+class DeliveryInFlight(WorkflowError):
+    """A delivery being attempted right now cannot be redelivered; ask again once it settled."""
+
+    code = "DELIVERY_IN_FLIGHT"
+    status = 409
+    title = "Delivery in flight"

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
+from django.db.models import DateTimeField, ExpressionWrapper
+from django.db.models.functions import Now
 
 from workflows import conf
 from workflows.engine import actors, bounds, commands, db, locks, pipeline, probe, recording, retention, teardown
+from workflows.engine import events as event_engine
 from workflows.engine.probe import IdleReport
 from workflows.engine.recording import Recorded
 from workflows.exceptions import (
@@ -23,8 +27,19 @@ from workflows.exceptions import (
     InstanceNotFound,
     InvalidPayload,
     StateVersionMismatch,
+    Violation,
+    WebhookNotFound,
 )
-from workflows.models import ENDED_STATUSES, Command, CommandKind, CommandStatus, Dedup, DefinitionVersion, Run
+from workflows.models import (
+    ENDED_STATUSES,
+    Command,
+    CommandKind,
+    CommandStatus,
+    Dedup,
+    DefinitionVersion,
+    Run,
+    WebhookSubscription,
+)
 
 __all__ = [
     "IdleReport",
@@ -52,6 +67,12 @@ __all__ = [
     "signal_by_key",
     "signal_with_start",
     "start",
+    "webhook_create",
+    "webhook_delete",
+    "webhook_problems",
+    "webhook_redeliver",
+    "webhook_rotate_secret",
+    "webhook_update",
 ]
 
 
@@ -1106,3 +1127,99 @@ def set_retention_days(*, scope: str, definition_id: str, version: int, days: in
 def restore_runs(*, paths: Collection[str]) -> retention.RestoreReport:
     """Load archived runs back (``manage.py restore_runs``); runs stored already are skipped."""
     return retention.restore(paths)
+
+
+# --- webhook subscriptions (events out) -------------------------------------------------------
+
+WEBHOOK_FIELDS = ("url", "events", "definition_id", "active", "description")
+PREVIOUS_SECRET_HOURS = 24  # after a rotation the replaced secret signs too, this long
+
+
+def _subscription(webhook_id: Any, *, lock: bool = False) -> WebhookSubscription:
+    try:
+        key = int(webhook_id)
+        rows = WebhookSubscription.objects.select_for_update() if lock else WebhookSubscription.objects
+        return rows.get(pk=key)
+    except (TypeError, ValueError, OverflowError, WebhookSubscription.DoesNotExist):
+        raise WebhookNotFound("no webhook subscription has this id") from None
+
+
+def webhook_create(
+    *, url: str, events: list[str], definition_id: str = "", active: bool = True, description: str = ""
+) -> tuple[WebhookSubscription, str]:
+    """Subscribe an https ``url`` to ``events`` (``workflows.signals.EVENT_TYPES``), for every
+    definition or only ``definition_id``. Answers the subscription and its signing secret
+    (``whsec_...``), which is shown this once. Refuses INVALID_PAYLOAD (not https, credentials in
+    the URL, a literal non-public address outside the allowed networks, no or unknown event
+    types). In the caller's transaction, or its own."""
+    event_engine.check_subscription(url=url, events=events)
+    secret = event_engine.new_secret()
+    subscription = WebhookSubscription.objects.create(
+        url=url,
+        events=list(dict.fromkeys(events)),
+        definition_id=definition_id,
+        active=active,
+        description=description,
+        secret=secret,
+    )
+    return subscription, secret
+
+
+def webhook_update(*, webhook_id: Any, **changes: Any) -> WebhookSubscription:
+    """Change a subscription's ``url``, ``events``, ``definition_id``, ``active`` or
+    ``description``; events recorded before the change keep their deliveries. Refuses
+    WEBHOOK_NOT_FOUND, INVALID_PAYLOAD (as ``webhook_create``; an unknown field)."""
+    unknown = sorted(set(changes) - set(WEBHOOK_FIELDS))
+    if unknown:
+        raise InvalidPayload(
+            "unknown fields", violations=[Violation(pointer="", type="additionalProperties", message="unknown field")]
+        )
+    event_engine.check_subscription(url=changes.get("url"), events=changes.get("events"))
+    with transaction.atomic():
+        subscription = _subscription(webhook_id, lock=True)
+        for name, value in changes.items():
+            setattr(subscription, name, list(dict.fromkeys(value)) if name == "events" else value)
+        subscription.save()
+    return subscription
+
+
+def webhook_delete(*, webhook_id: Any) -> None:
+    """Delete a subscription; its deliveries not yet made die (``the webhook subscription was
+    deleted``). Refuses WEBHOOK_NOT_FOUND."""
+    _subscription(webhook_id).delete()
+
+
+def webhook_rotate_secret(*, webhook_id: Any) -> tuple[WebhookSubscription, str]:
+    """A new signing secret (shown this once); the replaced one still signs, as a second
+    signature, for PREVIOUS_SECRET_HOURS (database clock), so receivers can switch over.
+    Refuses WEBHOOK_NOT_FOUND."""
+    secret = event_engine.new_secret()
+    with transaction.atomic():
+        subscription = _subscription(webhook_id, lock=True)
+        subscription.previous_secret = subscription.secret
+        subscription.previous_secret_until = ExpressionWrapper(  # type: ignore[assignment]
+            Now() + timedelta(hours=PREVIOUS_SECRET_HOURS), output_field=DateTimeField()
+        )
+        subscription.secret = secret
+        subscription.save()
+        subscription.refresh_from_db()
+    return subscription, secret
+
+
+def webhook_redeliver(*, delivery_id: Any) -> None:
+    """Deliver an event to its subscription again: a new attempt with the same payload and
+    ``webhook-id`` (and a fresh budget of retries), after commit. Refuses WEBHOOK_NOT_FOUND,
+    DELIVERY_IN_FLIGHT (an attempt is under way)."""
+    try:
+        intent_id = int(delivery_id)
+    except (TypeError, ValueError):
+        raise WebhookNotFound("no webhook delivery has this id") from None
+    if not -(2**63) <= intent_id < 2**63:
+        raise WebhookNotFound("no webhook delivery has this id")
+    _tx("webhook_redeliver", event_engine.redeliver, intent_id=intent_id)
+
+
+def webhook_problems(*, url: str | None = None, events: Any = None) -> list[Violation]:
+    """What ``webhook_create`` would refuse in ``url`` and ``events`` (value-free violations
+    with pointers ``/url``, ``/events/N``), for forms that show them beside their fields."""
+    return event_engine.subscription_problems(url=url, events=events)

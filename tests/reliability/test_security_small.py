@@ -514,17 +514,12 @@ def https_receiver(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     client trusts; ``answer`` sets what it answers (status and Location)."""
     import http.server
     import ssl
-    import subprocess
     import threading
 
+    from tests.support.https_receiver import make_certificate
     from workflows.engine import webhooks
 
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    cert, key = make_certificate(tmp_path)
     state: dict[str, Any] = {"status": 200, "location": None, "requests": 0}
 
     class Handler(http.server.BaseHTTPRequestHandler):

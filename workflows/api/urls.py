@@ -55,6 +55,7 @@ v1: list[URLPattern | URLResolver] = [
     path("captures/", include("capture.api")),
     path("migrations/", include("workflows.api.migrations")),
     path("bulk-operations/", include("workflows.api.bulk")),
+    path("webhooks/", include("workflows.api.webhooks")),
     re_path(r"^[\s\S]*$", views.not_found),  # [\s\S]: a path may hold a (decoded) newline
 ]
 

@@ -128,6 +128,7 @@ class Drive:
             plan_hash=run["plan_hash"],
             executor_id=kwargs.get("executor_id", ""),
             state_source=lambda: run.get("state"),
+            business_key=run.get("business_key"),
         )
         return cls(run=run, plan=plan, history=history, actor=actor, **kwargs)
 

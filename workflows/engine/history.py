@@ -20,7 +20,7 @@ from typing import Any
 import jsonpatch
 
 from workflows import jsonvalues
-from workflows.engine import db, redaction, sql
+from workflows.engine import db, events, redaction, sql
 from workflows.engine.actors import NONE, Actor
 
 PATCH_LIMIT = 65536
@@ -58,6 +58,7 @@ class HistoryBuffer:
     version: int | None = None
     plan_hash: str = ""
     executor_id: str = ""
+    business_key: str | None = None  # what the events of the run's transitions carry
     entries: list[Entry] = field(default_factory=list)
     # the run's current state: reason texts are redacted against the values it holds
     state_source: Callable[[], Any] | None = None
@@ -241,6 +242,8 @@ class HistoryBuffer:
             seq += 1
         self.entries.clear()
         self.next_seq = seq
+        # the one place every entry passes: the transitions' events go with these rows
+        events.recorded(self, rows)
         return rows
 
 

@@ -25,6 +25,7 @@ from workflows.models.parks import Park, ParkCount, ParkKind
 from workflows.models.runs import ENDED_STATUSES, LIVE_STATUSES, Run, RunStatus
 from workflows.models.segments import SegmentLog
 from workflows.models.tasks import Task, TaskStatus
+from workflows.models.webhooks import WebhookAttempt, WebhookDelivery, WebhookSubscription
 
 __all__ = [
     "ENDED_STATUSES",
@@ -64,4 +65,7 @@ __all__ = [
     "TaskStatus",
     "Timer",
     "TimerKind",
+    "WebhookAttempt",
+    "WebhookDelivery",
+    "WebhookSubscription",
 ]

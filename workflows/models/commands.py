@@ -240,7 +240,11 @@ class OutboxIntent(models.Model):
                 fields=["available_at"],
                 name="workflow_outbox_due",
                 condition=models.Q(status__in=["PENDING", "DELIVERING"]),
-            )
+            ),
+            # a webhook subscription's deliveries (target: the subscription's id), newest first
+            models.Index(
+                fields=["target", "-id"], name="workflow_outbox_event_target", condition=models.Q(kind="EVENT")
+            ),
         ]
 
     def __str__(self) -> str:

@@ -21,7 +21,7 @@ from django.db import connection, transaction
 from django.urls import NoReverseMatch, reverse
 
 from workflows import users
-from workflows.engine import db, faults, mail, sql, wakeups, webhooks
+from workflows.engine import db, events, faults, mail, sql, wakeups, webhooks
 from workflows.engine.outbox import digest
 from workflows.engine.outbox.recording import lease_seconds, plain_name
 from workflows.models import OutboxIntent, TaskStatus
@@ -219,6 +219,8 @@ def _perform(intent: dict[str, Any]) -> None:
             )
         else:
             _webhook(target, intent)
+    elif kind == "EVENT":
+        events.deliver(intent)
     elif kind == "NOTIFY":
         _notify(intent)
     elif kind == "DIGEST":

@@ -193,6 +193,7 @@ ROUTES: dict[str, dict[str, Guard]] = {
     # Migrate dialog
     "workflows:migrate:dialog": {"GET": Capability.MIGRATE},
     "workflows:migrate:picker": {"GET": Capability.MIGRATE},
+    "workflows:migrate:target-graph": {"GET": Capability.MIGRATE},
     "workflows:migrate:preview": {"POST": Capability.MIGRATE},
     "workflows:migrate:records": {"GET": Capability.MIGRATE},
     "workflows:migrate:record": {"GET": Capability.MIGRATE},

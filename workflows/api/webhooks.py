@@ -30,7 +30,7 @@ from rest_framework.response import Response
 
 from workflows import operations, signals
 from workflows.access import Capability
-from workflows.api.base import BODY, PAGE, ApiView, Cursor, errors, requires, valid
+from workflows.api.base import BODY, PAGE, ApiView, Cursor, errors, query, requires, valid
 from workflows.exceptions import WebhookNotFound
 from workflows.models import OutboxIntent, WebhookAttempt, WebhookSubscription
 
@@ -95,6 +95,10 @@ class DeliveryOut(serializers.Serializer):
     delivered_at = serializers.DateTimeField(allow_null=True)
     payload = serializers.JSONField(help_text="the event as delivered")
     attempts = AttemptOut(many=True)
+
+
+class NoFilters(serializers.Serializer):
+    """A list without filters: only ``cursor`` and ``page_size``."""
 
 
 class DeliveryFilters(serializers.Serializer):
@@ -164,6 +168,7 @@ class WebhooksView(ApiView):
         responses={200: WebhookOut(many=True), **errors(404, e404="NOT_FOUND: an invalid cursor")},
     )
     def get(self, request: Request) -> Response:
+        query(request, NoFilters)  # an unknown parameter is 400, never ignored
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(WebhookSubscription.objects.all(), request, view=self) or []
         return paginator.get_paginated_response(WebhookOut([webhook_dict(w) for w in page], many=True).data)
@@ -266,8 +271,8 @@ class WebhookDeliveriesView(ApiView):
         responses={200: DeliveryOut(many=True), **errors(404, e404="WEBHOOK_NOT_FOUND, or an invalid cursor")},
     )
     def get(self, request: Request, webhook_id: str) -> Response:
+        filters = query(request, DeliveryFilters)  # the request's own mistakes first (400)
         rows = _deliveries(_subscription(webhook_id))
-        filters = valid(DeliveryFilters, request.query_params)
         if "status" in filters:
             rows = rows.filter(status=filters["status"])
         paginator = self.pagination_class()

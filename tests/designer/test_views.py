@@ -472,14 +472,12 @@ def test_staff_without_the_view_definitions_capability_cannot_read_the_designer(
 
 def test_the_designer_speaks_german(viewer: Client) -> None:
     """The designer's interface text is marked for translation and ships a German catalogue
-    (designer/locale/de); a German reader gets German pages, the document stays as written."""
-    from django.utils import translation
-
-    with translation.override("de"):
-        listing = viewer.get("/designer/").content.decode()
-        editor = viewer.get("/designer/new/?template=approval").content.decode()
+    (designer/locale/de); a German browser gets German pages (the language comes from its
+    Accept-Language), the document stays as written."""
+    listing = viewer.get("/designer/", HTTP_ACCEPT_LANGUAGE="de").content.decode()
+    editor = viewer.get("/designer/new/?template=approval", HTTP_ACCEPT_LANGUAGE="de").content.decode()
     assert "Neuen Workflow aus einer Vorlage beginnen" in listing
     assert "Jetzt prüfen" in editor and "Schritt hinzufügen" in editor and "Verkleinern" in editor
     assert "definitionId: approval" in editor
-    with translation.override("en"):
-        assert "Check now" in viewer.get("/designer/new/?template=approval").content.decode()
+    english = viewer.get("/designer/new/?template=approval", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert "Check now" in english and "Jetzt prüfen" not in english

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+import psycopg.generators
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 from psycopg.pq import ExecStatus, TransactionStatus
 
@@ -156,6 +157,11 @@ if _QUEUES_COMMANDS:
                 self._enqueue_sync()
                 yield from self._communicate_gen()
             finally:
+                # everything written out first: _communicate_gen flushes once after the last
+                # command, and a large batch (a bulk migration's history) over a Unix socket
+                # leaves part of it in libpq's buffer; the server would wait for the rest
+                # (ClientRead) while this waited for results
+                yield from psycopg.generators.send(self.pgconn)
                 # the Sync makes the server send every result: no Flush needed to read them
                 yield from self._fetch_gen(flush=False)
 

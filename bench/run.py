@@ -197,6 +197,8 @@ def run_migrate_apply(args: argparse.Namespace, server_url: str, dbname: str, br
     database, two workers and beat; writes bench/results/<time>-migrate-apply.json."""
     started = time.monotonic()
     say(f"migrate-apply: database {dbname}, broker {broker}, pool {args.pool}, {args.migrate_n} runs")
+    measure.recreate_database(server_url, dbname)
+    setup_django(env, "bench-client")
     import hotpath
     import migrate_apply
     from django.core.management import call_command

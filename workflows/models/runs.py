@@ -76,6 +76,11 @@ class Run(ActorColumns):
             models.Index(fields=["status", "updated_at"], name="workflow_run_by_status"),
             models.Index(fields=["subject_type", "subject_id"], name="workflow_run_by_subject"),
             models.Index(fields=["start_scope", "definition_id", "business_key"], name="workflow_run_by_key"),
+            # the API's ?business_key= alone (the index above needs the scope and definition first)
+            models.Index(fields=["business_key"], name="workflow_run_business_key"),
+            # the API's ?ordering=updated_at / -updated_at without a status (a status filter
+            # uses workflow_run_by_status)
+            models.Index(fields=["updated_at", "id"], name="workflow_run_by_updated"),
             # My requests: the runs a user started (queries.runs_started_by filters on both)
             models.Index(fields=["actor_kind", "actor_id"], name="workflow_run_by_actor"),
             # the API's ?state= search (JSON containment, state @> ...); jsonb_path_ops: smaller

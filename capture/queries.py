@@ -27,4 +27,6 @@ def outcome_unknown_captures(*, limit: int) -> list[dict[str, Any]]:
         .order_by("created_at", "id")
         .values("id", "model", "object_pk", "event", "attempts", "created_at", "effect_started_at")[:limit]
     )
-    return [{"capture_id": r["id"], **{k: v for k, v in r.items() if k != "id"}} for r in rows]
+    found = [{"capture_id": r["id"], **{k: v for k, v in r.items() if k != "id"}} for r in rows]
+    total = len(found) if len(found) < limit else Capture.objects.filter(status=CaptureStatus.OUTCOME_UNKNOWN).count()
+    return [{**row, "total_rows": total} for row in found]

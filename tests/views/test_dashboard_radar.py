@@ -325,3 +325,23 @@ def test_an_overdue_task_links_to_the_task_admins_overdue_list(
     assert 'href="/admin/workflows/task/?overdue=yes">Reassign…</a>' in radar(client)
     listing = client.get("/admin/workflows/task/?overdue=yes").content.decode()
     assert "Approve purchase A-1" in listing and "Reassign selected tasks" in listing
+
+
+def test_a_long_list_shows_its_most_urgent_rows_and_counts_them_all(
+    client: Any, demo_users: Any, deploy: Any, settings: Any
+) -> None:
+    settings.OPS_RADAR = {"ROWS": 2}
+    deploy(ops.ORDER)
+    dead = [operations.start(definition_id="order-signal", payload={"order": f"D-{i}"}).run_id for i in range(3)]
+    for run_id in dead:
+        ops.dead_letter_next_command(run_id)
+    client.force_login(demo_users["admin"])
+    html = radar(client)
+    assert rows(html, "dead") == [str(r) for r in dead[:2]]  # oldest first
+    assert '<span class="count count-hot" data-section-count="dead">3</span>' in html
+    assert "Showing the 2 most urgent of 3. Act on these, then refresh for the next." in html
+    assert "<strong>3</strong> items need attention" in html
+
+    settings.OPS_RADAR = {"ROWS": 3}
+    html = radar(client)
+    assert rows(html, "dead") == [str(r) for r in dead] and "most urgent of" not in html

@@ -182,3 +182,27 @@ def test_staff_without_change_permission_cannot_reconcile(unknown: Command) -> N
         },
     )
     assert Command.objects.get(pk=unknown.id).status == "OUTCOME_UNKNOWN"
+
+
+def test_a_big_run_list_is_counted_by_estimate_and_filtered_by_stored_revisions(
+    admin: Client, failed_run: Run, monkeypatch: Any
+) -> None:
+    """Past ``ESTIMATE_FROM`` rows the unfiltered list shows PostgreSQL's estimate (no count
+    of the whole table); a filtered list is counted exactly; the definition and scope filters
+    offer the stored revisions' values (no DISTINCT over every run)."""
+    from workflows.admin import big
+
+    for n in range(2):
+        operations.start(definition_id="broken", payload={}, business_key=f"B-{n}")
+    db.execute("ANALYZE workflow_runs")  # the estimate: 3 rows
+    operations.start(definition_id="broken", payload={}, business_key="B-late")  # 4 rows now
+    monkeypatch.setattr(big, "ESTIMATE_FROM", 1)
+
+    page = admin.get("/admin/workflows/run/").content.decode()
+    assert re.search(r"\b3 runs\b", page), "the unfiltered list shows the planner's estimate"
+    filtered = admin.get("/admin/workflows/run/?definition_id=broken").content.decode()
+    assert re.search(r"\b4 runs\b", filtered), "a filtered list is counted exactly"
+    assert "?definition_id=broken" in page and "?scope=default" in page  # the filters' choices
+
+    monkeypatch.setattr(big, "ESTIMATE_FROM", 10)  # a small table: counted exactly
+    assert re.search(r"\b4 runs\b", admin.get("/admin/workflows/run/").content.decode())

@@ -29,6 +29,7 @@ from django.utils.translation import gettext_lazy as _
 
 from workflows import access, conf, operations
 from workflows.access import Capability
+from workflows.admin.big import BigTableAdmin, DefinitionFilter, ScopeFilter
 from workflows.exceptions import WorkflowError
 from workflows.models import Command, Run
 
@@ -40,7 +41,7 @@ def _viewer_link(run_id: Any, text: str | None = None) -> str:
     return format_html('<a href="{}">{}</a>', url, text or _("Open run viewer"))
 
 
-class _ReadOnly(admin.ModelAdmin):
+class _ReadOnly(BigTableAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # runs start and commands are recorded through operations only
 
@@ -88,7 +89,7 @@ class RunAdmin(_ReadOnly):
         "created_at",
         "viewer",
     )
-    list_filter = ("status", "definition_id", "scope")
+    list_filter = ("status", DefinitionFilter, ScopeFilter)
     search_fields = ("business_key", "definition_id", "subject_id")
     ordering = ("-created_at",)
     actions = ["retry"]

@@ -24,6 +24,7 @@ from django.utils.translation import gettext_lazy as _
 
 from workflows import access, operations, users
 from workflows.access import Capability
+from workflows.admin.big import BigTableAdmin
 from workflows.exceptions import WorkflowError
 from workflows.models import Task
 
@@ -100,7 +101,7 @@ def _active_usernames() -> list[str]:
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
+class TaskAdmin(BigTableAdmin):
     list_display = (
         "title",
         "run_link",

@@ -19,7 +19,8 @@ from workflows.models import CommandStatus, Run
 from workflows.queries.sql import QUERIES_SQL_DIR
 
 SQL = sql.load("ops", QUERIES_SQL_DIR)
-RADAR_LIMIT = 500
+# rows of each radar list on the page (most urgent first; total_rows says how many in all)
+RADAR_LIMIT = 100
 # closed waits per position that make its threshold (the latest ones of the window)
 RADAR_SAMPLE = 1000
 

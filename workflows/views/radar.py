@@ -6,10 +6,11 @@ Sections, each row linking to the run viewer and to the action that fixes it:
   the 95th percentile of that position's waits closed in the last 30 days, never below a
   floor of one hour. ``settings.OPS_RADAR`` changes it::
 
-      OPS_RADAR = {"PERCENTILE": 0.95, "WINDOW_DAYS": 30, "FLOOR_SECONDS": 3600,
+      OPS_RADAR = {"PERCENTILE": 0.95, "WINDOW_DAYS": 30, "FLOOR_SECONDS": 3600, "ROWS": 100,
                    "THRESHOLDS": {"purchase-approval:manager": 3 * 86400, "onboarding": 7 * 86400}}
 
-  (``THRESHOLDS`` keys are ``<definition id>:<step>`` or a whole ``<definition id>``, seconds.)
+  (``THRESHOLDS`` keys are ``<definition id>:<step>`` or a whole ``<definition id>``, seconds.
+  ``ROWS``: each list shows its most urgent rows, and counts them all.)
   Fix: migrate the position, or cancel.
 - **Stuck commands** — due for longer than ``WORKFLOWS["EXECUTOR"]["STUCK_AFTER_SECONDS"]`` and
   still PENDING, DEFERRED or CLAIMED (workers down, a node without the revision). Fix: cancel.
@@ -56,6 +57,8 @@ RADAR_DEFAULTS: dict[str, Any] = {
     "SAMPLE": queries.RADAR_SAMPLE,
     "FLOOR_SECONDS": 3600,
     "THRESHOLDS": {},
+    # rows of each list on the page, most urgent first (the count is of them all)
+    "ROWS": queries.RADAR_LIMIT,
 }
 BULK_LIMIT = 500  # one confirmation touches at most this many runs
 ACTIONS = {
@@ -81,12 +84,14 @@ def _can(request: HttpRequest, capability: Capability) -> bool:
 def radar(request: HttpRequest) -> HttpResponse:
     options = radar_settings()
     stuck_after = conf.get().EXECUTOR.STUCK_AFTER_SECONDS
+    limit = max(1, int(options["ROWS"]))
     parks = queries.stuck_parks(
         percentile=float(options["PERCENTILE"]),
         window_days=int(options["WINDOW_DAYS"]),
         floor_seconds=float(options["FLOOR_SECONDS"]),
         overrides=dict(options["THRESHOLDS"]),
         sample=int(options["SAMPLE"]),
+        limit=limit,
     )
     configured = {str(k) for k in options["THRESHOLDS"]}
     for row in parks:
@@ -94,16 +99,16 @@ def radar(request: HttpRequest) -> HttpResponse:
         row["threshold"] = duration(row["threshold_seconds"])
         row["basis"] = _threshold_basis(row, options, configured)
         row["migrate_url"] = _migrate_url(row)
-    commands = queries.stuck_commands(stuck_after_seconds=stuck_after)
+    commands = queries.stuck_commands(stuck_after_seconds=stuck_after, limit=limit)
     for row in commands:
         row["stuck"] = duration(row["stuck_seconds"])
-    tasks = queries.overdue_tasks()
+    tasks = queries.overdue_tasks(limit=limit)
     # the task admin's overdue list, where its Reassign action works on the ticked tasks
     overdue_list = url_or_none("admin:workflows_task_changelist")
     for row in tasks:
         row["overdue"] = duration(row["overdue_seconds"])
         row["task_admin_url"] = f"{overdue_list}?overdue=yes" if overdue_list else None
-    captures = queries.outcome_unknown_captures()
+    captures = queries.outcome_unknown_captures(limit=limit)
     for row in captures:
         row["admin_url"] = url_or_none("admin:capture_capture_change", row["capture_id"])
     sections: list[dict[str, Any]] = [
@@ -130,13 +135,13 @@ def radar(request: HttpRequest) -> HttpResponse:
         {
             "id": "dead",
             "title": _("Dead letters"),
-            "rows": queries.commands_in_status(status="DEAD"),
+            "rows": queries.commands_in_status(status="DEAD", limit=limit),
             "help": _("Commands that failed on every attempt. Retry offers them again."),
         },
         {
             "id": "unknown",
             "title": _("Outcome unknown: commands"),
-            "rows": queries.commands_in_status(status="OUTCOME_UNKNOWN"),
+            "rows": queries.commands_in_status(status="OUTCOME_UNKNOWN", limit=limit),
             "help": _(
                 "Interrupted after an email, agent or script effect started: it may have happened. "
                 "Check, then reconcile (replay or resolve)."
@@ -159,9 +164,12 @@ def radar(request: HttpRequest) -> HttpResponse:
         for row in section["rows"]:
             if "run_id" in row:
                 row["run_url"] = run_url(row["run_id"])
+        # each list shows its most urgent rows (queries.RADAR_LIMIT); the count is of them all
+        section["total"] = int(section["rows"][0]["total_rows"]) if section["rows"] else 0
+        section["more"] = section["total"] - len(section["rows"])
     context = {
         "sections": sections,
-        "total": sum(len(s["rows"]) for s in sections),
+        "total": sum(s["total"] for s in sections),
         "can_retry": _can(request, Capability.RETRY),
         "can_cancel": _can(request, Capability.CANCEL),
         "can_reconcile": _can(request, Capability.OPERATE),

@@ -47,7 +47,8 @@ FROM generate_series(date_trunc('minute', now()) - make_interval(mins => %s), da
     interval '1 minute') AS g(minute) LEFT JOIN s ON s.minute = g.minute ORDER BY g.minute
 
 -- name: stuck_parks
--- Open parks of live runs past their position's threshold, most overdue first.
+-- Open parks of live runs past their position's threshold, most overdue first. Each radar
+-- list carries total_rows: how many there are in all, beyond the LIMIT shown.
 -- A position's threshold reads its latest %(sample)s closed waits of the window (the index
 -- workflow_park_closed), only for the positions that have a park open (workflow_park_waiting):
 -- the cost does not grow with the parks every ended run left behind.
@@ -68,13 +69,14 @@ open AS (SELECT p.id AS park_id, p.node, p.kind, p.branch_id, p.since,
     FROM workflow_parks p JOIN workflow_runs r ON r.id = p.run_id
     LEFT JOIN stats s ON s.definition_id = p.definition_id AND s.node = p.node
     WHERE p.left_at IS NULL AND r.status IN ({LIVE_STATUSES}))
-SELECT * FROM open WHERE waited_seconds > threshold_seconds
+SELECT *, count(*) OVER () AS total_rows FROM open WHERE waited_seconds > threshold_seconds
 ORDER BY waited_seconds / greatest(threshold_seconds, 1) DESC, park_id LIMIT %(limit)s
 
 -- name: stuck_commands
 -- Unsettled commands due for longer than the given seconds.
 SELECT c.id AS command_id, c.kind, c.seq, c.status, c.attempts, c.deferral_count, c.last_error,
     c.recorded_at, EXTRACT(EPOCH FROM now() - greatest(c.available_at, c.recorded_at))::float AS stuck_seconds,
+    count(*) OVER () AS total_rows,
     (c.status = {CommandStatus.CLAIMED} AND c.lease_until < now()) AS lease_expired, {@run_columns}
 FROM workflow_commands c JOIN workflow_runs r ON r.id = c.run_id
 WHERE c.status IN ({CommandStatus.PENDING},{CommandStatus.DEFERRED},{CommandStatus.CLAIMED})
@@ -83,13 +85,13 @@ ORDER BY greatest(c.available_at, c.recorded_at), c.id LIMIT %s
 
 -- name: commands_in_status
 SELECT c.id AS command_id, c.kind, c.seq, c.status, c.attempts, c.last_error, c.recorded_at,
-    {@run_columns}
+    count(*) OVER () AS total_rows, {@run_columns}
 FROM workflow_commands c JOIN workflow_runs r ON r.id = c.run_id
 WHERE c.status = %s ORDER BY c.recorded_at, c.id LIMIT %s
 
 -- name: overdue_tasks
 SELECT t.id AS task_id, t.title, t.step, t.assignment_mode, t.assignment_value, t.due_at,
-    EXTRACT(EPOCH FROM now() - t.due_at)::float AS overdue_seconds, {@run_columns}
+    EXTRACT(EPOCH FROM now() - t.due_at)::float AS overdue_seconds, count(*) OVER () AS total_rows, {@run_columns}
 FROM workflow_tasks t JOIN workflow_runs r ON r.id = t.run_id
 WHERE t.status = {TaskStatus.OPEN} AND t.due_at < now() ORDER BY t.due_at, t.id LIMIT %s
 

@@ -278,6 +278,10 @@ CELERY_BEAT_SCHEDULE = {
     "capture-sweep": {"task": "capture.sweep", "schedule": float(os.environ.get("SWEEP_INTERVAL_SECONDS", "2"))},
     "capture-retention": {"task": "capture.retention", "schedule": 3600.0},
     "workflows-retention": {"task": "workflows.retention", "schedule": 3600.0},
+    "workflows-run-totals": {
+        "task": "workflows.run_totals",
+        "schedule": float(os.environ.get("RUN_TOTALS_INTERVAL_SECONDS", "60")),
+    },
 }
 
 # --- REST framework -------------------------------------------------------------------

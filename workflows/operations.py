@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
@@ -17,7 +17,19 @@ from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 
 from workflows import conf
-from workflows.engine import actors, bounds, commands, db, locks, pipeline, probe, recording, retention, teardown
+from workflows.engine import (
+    actors,
+    bounds,
+    commands,
+    db,
+    locks,
+    pipeline,
+    probe,
+    recording,
+    retention,
+    teardown,
+    totals,
+)
 from workflows.engine import events as event_engine
 from workflows.engine.probe import IdleReport
 from workflows.engine.recording import Recorded
@@ -62,6 +74,7 @@ __all__ = [
     "reconcile_command",
     "restore_runs",
     "retry",
+    "run_totals_refresh",
     "set_retention_days",
     "signal",
     "signal_by_key",
@@ -1127,6 +1140,19 @@ def set_retention_days(*, scope: str, definition_id: str, version: int, days: in
 def restore_runs(*, paths: Collection[str]) -> retention.RestoreReport:
     """Load archived runs back (``manage.py restore_runs``); runs stored already are skipped."""
     return retention.restore(paths)
+
+
+# --- the dashboard's totals of ended runs (engine/totals.py) -----------------------------
+
+
+def run_totals_refresh(*, only_if_missing: bool = False) -> datetime:
+    """Count the ended runs per revision and status into the dashboard's snapshot
+    (``workflow_run_totals``), replacing the previous one in one transaction of its own (a
+    savepoint inside the caller's); answers the time they were counted at. The beat task
+    ``workflows.run_totals`` calls it every minute; the dashboard calls it with
+    ``only_if_missing`` when no snapshot is stored yet, which keeps one stored meanwhile.
+    Refuses nothing."""
+    return totals.refresh(only_if_missing=only_if_missing)
 
 
 # --- webhook subscriptions (events out) -------------------------------------------------------

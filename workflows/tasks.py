@@ -16,6 +16,9 @@
 - ``workflows.retention`` — beat, hourly: purge (or archive and purge) the ended runs the
   retention policy lets go and expire old idempotency keys, in bounded batches of one
   transaction each (a repeated or lost message is harmless: the rows say what is left).
+- ``workflows.run_totals`` — beat, every minute: count the ended runs per revision and status
+  into the operations dashboard's snapshot (``engine/totals.py``), which the dashboard shows
+  with the time it was counted at (a lost message leaves the previous count, still dated).
 """
 
 from __future__ import annotations
@@ -181,6 +184,12 @@ def retention() -> dict[str, int]:
     if result["more"]:  # a backlog: the next round follows now rather than in an hour
         retention.delay()
     return result
+
+
+@shared_task(name="workflows.run_totals", ignore_result=True)
+def run_totals() -> str:
+    close_old_connections()
+    return operations.run_totals_refresh().isoformat()
 
 
 # The arguments' text for the worker's logs and the monitors (``argsrepr``), given rather than

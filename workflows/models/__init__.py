@@ -22,7 +22,7 @@ from workflows.models.definitions import Activation, DefinitionStatus, Definitio
 from workflows.models.history import HistoryEntry
 from workflows.models.migrations_log import MigrationItem, MigrationItemStatus, MigrationRecord, MigrationRecordStatus
 from workflows.models.parks import Park, ParkCount, ParkKind
-from workflows.models.runs import ENDED_STATUSES, LIVE_STATUSES, Run, RunStatus
+from workflows.models.runs import ENDED_STATUSES, LIVE_STATUSES, OPEN_STATUSES, Run, RunStatus, RunTotal
 from workflows.models.segments import SegmentLog
 from workflows.models.tasks import Task, TaskStatus
 from workflows.models.webhooks import WebhookAttempt, WebhookDelivery, WebhookSubscription
@@ -31,6 +31,7 @@ __all__ = [
     "ENDED_STATUSES",
     "LIVE_STATUSES",
     "OPEN_BULK_STATUSES",
+    "OPEN_STATUSES",
     "Activation",
     "ActorKind",
     "AttributionStatus",
@@ -60,6 +61,7 @@ __all__ = [
     "ParkKind",
     "Run",
     "RunStatus",
+    "RunTotal",
     "SegmentLog",
     "Task",
     "TaskStatus",

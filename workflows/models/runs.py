@@ -24,6 +24,8 @@ class RunStatus(models.TextChoices):
 
 ENDED_STATUSES = (RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.COMPENSATED, RunStatus.EXPIRED)
 LIVE_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.COMPENSATING)
+# not ended: the live ones and FAILED (it waits for a retry or a cancel)
+OPEN_STATUSES = (*LIVE_STATUSES, RunStatus.FAILED)
 
 
 class Run(ActorColumns):
@@ -88,6 +90,13 @@ class Run(ActorColumns):
             GinIndex(fields=["state"], opclasses=["jsonb_path_ops"], name="workflow_run_state"),
             # the purge's candidates, oldest first; live runs (no ended_at) are not in it
             models.Index(fields=["ended_at"], name="workflow_run_ended", condition=models.Q(ended_at__isnull=False)),
+            # the dashboard's live counts of the runs that are not ended, per revision and status:
+            # an index-only scan of these rows alone, however many ended runs are kept
+            models.Index(
+                fields=["definition_id", "scope", "version", "status"],
+                name="workflow_run_open",
+                condition=models.Q(status__in=OPEN_STATUSES),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -102,3 +111,30 @@ class Run(ActorColumns):
         if not self.subject_type and not self.subject_id:
             return None
         return {"type": self.subject_type, "id": self.subject_id, "version": self.subject_version}
+
+
+class RunTotal(models.Model):
+    """Ended runs per revision and status, as counted at ``counted_at``: the operations
+    dashboard's snapshot, replaced as a whole by the beat task ``workflows.run_totals``
+    (``engine/totals.py``). Counting every run ever kept on each page load grows with the
+    history; runs that are not ended are few and counted live, ended ones only change by
+    ending (and by the retention purge), so a count a minute old says enough."""
+
+    id = models.BigAutoField(primary_key=True)
+    definition_id = models.CharField(max_length=255)
+    scope = models.CharField(max_length=255)
+    version = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=RunStatus.choices)
+    runs = models.BigIntegerField()
+    counted_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "workflow_run_totals"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["definition_id", "scope", "version", "status"], name="workflow_run_total_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.definition_id} v{self.version} {self.status}: {self.runs}"

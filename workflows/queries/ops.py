@@ -45,7 +45,11 @@ def queue_health() -> dict[str, Any]:
 
 
 def runs_by_revision() -> list[dict[str, Any]]:
-    """Runs per (definition, scope, revision, status), newest revision first (the pin index)."""
+    """Runs per (definition, scope, revision, status) with the revision's ``plan_hash``, newest
+    revision first. Runs that are not ended (FAILED included) are counted now; ended ones come
+    from the snapshot the beat task ``workflows.run_totals`` refreshes
+    (``operations.run_totals_refresh``), their rows carrying its ``counted_at`` (None on the
+    live rows). Without a snapshot there are no ended rows: the dashboard stores one first."""
     return _ops_dicts(SQL.runs_by_revision)
 
 

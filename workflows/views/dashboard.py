@@ -8,6 +8,10 @@ The dashboard answers "is the engine healthy, and where are the runs?" without S
 - **Throughput**: commands settled per minute over the last hour (``settled_at``), as a small
   inline SVG bar chart with a text summary.
 - **Runs by workflow and revision**, one column per status, each count a link to the run list.
+  Runs that are not ended are counted live; ended ones come from the snapshot the beat task
+  ``workflows.run_totals`` refreshes every minute, and the page says when they were counted.
+  When no snapshot is stored yet (a fresh install, no beat so far) the page counts one and
+  stores it (``operations.run_totals_refresh``): the only write here.
 - **Parked runs by position**: per revision, its graph (the run viewer's ``render_svg``) with
   the number of runs parked at each node, and the same numbers as a table.
 
@@ -15,12 +19,13 @@ The dashboard answers "is the engine healthy, and where are the runs?" without S
 request carries ``Authorization: Bearer <token>``: 404 when no token is configured (the
 endpoint does not exist), 401 without credentials, 403 with a wrong token.
 
-Reads go through ``workflows.queries``; nothing here writes.
+Reads go through ``workflows.queries``, the one write above through ``workflows.operations``.
 """
 
 from __future__ import annotations
 
 import hmac
+from datetime import datetime
 from html import escape
 from typing import Any
 from urllib.parse import urlencode
@@ -34,7 +39,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from workflows import queries
+from workflows import operations, queries
 from workflows.access import Capability, page_requires
 
 # the run statuses in the order a run goes through them; ended ones last
@@ -90,9 +95,10 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     context = _queue_context()
     if getattr(request, "htmx", False) and request.GET.get("part") == "queue":
         return render(request, "workflows/ops/_queue.html", context)
-    revisions = _revisions()
+    revisions, ended_counted_at = _revisions()
     context.update(
         revisions=revisions,
+        ended_counted_at=ended_counted_at,
         statuses=[s for s in STATUS_ORDER if any(r["by_status"].get(s) for r in revisions)] or ["WAITING", "FAILED"],
         parked_revisions=[r for r in revisions if r["positions"]],
         radar_url=reverse("ops:radar"),
@@ -132,11 +138,19 @@ def _runs_list_url(revision: dict[str, Any], status: str) -> str | None:
     return f"{base}?{urlencode({'definition': revision['definition_id'], 'status': status})}"
 
 
-def _revisions() -> list[dict[str, Any]]:
+def _revisions() -> tuple[list[dict[str, Any]], datetime]:
     """One entry per revision that has runs: its runs by status and its parked positions
-    (with the graph, counts on the nodes)."""
+    (with the graph, counts on the nodes); and when the ended runs among them were counted."""
+    rows = queries.runs_by_revision()
+    counted_at = max((row["counted_at"] for row in rows if row["counted_at"] is not None), default=None)
+    if counted_at is None:
+        # No snapshot of the ended runs (a fresh install, the beat has not counted yet, or no
+        # run had ended then): count them now and keep the count, so the page never shows
+        # ended totals missing. Cheap when it repeats: no ended run means nothing to count.
+        counted_at = operations.run_totals_refresh(only_if_missing=True)
+        rows = queries.runs_by_revision()
     revisions: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for row in queries.runs_by_revision():
+    for row in rows:
         key = (row["definition_id"], row["scope"], int(row["version"]))
         entry = revisions.setdefault(
             key,
@@ -164,13 +178,15 @@ def _revisions() -> list[dict[str, Any]]:
     for entry in revisions.values():
         if entry["positions"]:
             entry["graph"] = _graph(entry)
-    return list(revisions.values())
+    return list(revisions.values()), counted_at
 
 
 def _graph(revision: dict[str, Any]) -> SafeString | None:
     try:
         from workflows.presentation.graph import render_svg
     except ImportError:  # the run viewer's graph module is not installed: the table says it all
+        return None
+    if revision["plan_hash"] is None:  # no stored revision row for these runs: no plan to draw
         return None
     plan = queries.revision_plan(
         scope=revision["scope"],

@@ -33,9 +33,19 @@ SELECT count(*) FILTER (WHERE status = {CommandStatus.PENDING} AND available_at 
 FROM q
 
 -- name: runs_by_revision
-SELECT definition_id, scope, version, max(plan_hash) AS plan_hash, status, count(*) AS runs
-FROM workflow_runs GROUP BY definition_id, scope, version, status
-ORDER BY definition_id, scope, version DESC, status
+-- Runs per revision and status: those not ended counted now (an index-only scan of the partial
+-- index workflow_run_open: the cost follows the open runs, not the history), the ended ones
+-- from the snapshot workflow_run_totals with its counted_at (NULL on the live rows); the plan
+-- hash from the revision's row, not from a million runs.
+WITH counts AS (
+    SELECT definition_id, scope, version, status, count(*) AS runs, NULL::timestamptz AS counted_at
+    FROM workflow_runs WHERE status IN ({OPEN_STATUSES}) GROUP BY definition_id, scope, version, status
+    UNION ALL
+    SELECT definition_id, scope, version, status, runs, counted_at FROM workflow_run_totals
+    WHERE status IN ({ENDED_STATUSES}))
+SELECT c.definition_id, c.scope, c.version, d.plan_hash, c.status, c.runs, c.counted_at FROM counts c
+LEFT JOIN workflow_definitions d ON d.scope = c.scope AND d.definition_id = c.definition_id AND d.version = c.version
+ORDER BY c.definition_id, c.scope, c.version DESC, c.status
 
 -- name: settled_per_minute
 -- Every minute of the window present, zeros included.
@@ -101,7 +111,7 @@ FROM workflow_tasks WHERE status IN ({TaskStatus.OPEN},{TaskStatus.COMPLETING})
 
 -- name: live_run_counts
 SELECT status, count(*) AS runs FROM workflow_runs
-WHERE status IN ({LIVE_STATUSES},{RunStatus.FAILED}) GROUP BY status
+WHERE status IN ({OPEN_STATUSES}) GROUP BY status
 
 -- name: reconcile_candidate
 -- A command with its run and the step of its latest effect marker.

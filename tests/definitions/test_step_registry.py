@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from designer import forms as designer_forms
+from designer import services as designer_services
 from workflows.definitions import plan, steps
 from workflows.definitions.reading import Checker
 from workflows.definitions.steps import REGISTRY
@@ -106,6 +107,27 @@ def test_the_designer_offers_every_type():
     assert [name for name, _ in designer_forms.STEP_TYPES] == list(REGISTRY)
     assert set(designer_forms.TYPE_FIELDS) == TYPES
     assert set(designer_forms.ROW_KINDS) <= TYPES
+
+
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_the_designer_fields_write_fields_the_type_reads(name: str):
+    # a form field's key is the path of a document field of its type (validation refuses
+    # any other), and a row's key names one too
+    kind = REGISTRY[name]
+    declared = {*kind.required, *kind.optional}
+    assert {spec.key.split("/")[0] for spec in kind.form_fields} <= declared
+    if kind.form_rows is not None:
+        assert kind.form_rows[0] in declared
+
+
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_the_designer_checks_each_expression_field_with_known_variables(name: str):
+    # an unknown key would have the designer check the field as typed against state alone
+    kind = REGISTRY[name]
+    specs = [*kind.form_fields, *(kind.form_rows[1] if kind.form_rows is not None else ())]
+    for spec in specs:
+        if spec.kind in ("cel", "template", "longtemplate"):
+            assert spec.variables in designer_services.CEL_VARIABLES, spec.key
 
 
 def test_exits_are_found_on_normalised_and_on_written_steps():

@@ -2,7 +2,8 @@
 Debian Chromium through Playwright.
 
 - ``celery_worker_process`` (session): a Celery worker (prefork, 2) and beat as separate
-  processes on the suite's broker, connected to the database pytest-django created.
+  processes on the suite's broker, connected to the database pytest-django created, with a
+  6 s executor lease (``WORKFLOWS_EXECUTOR_LEASE_SECONDS`` unless the environment sets it).
   Tests using it need ``@pytest.mark.django_db(transaction=True)``: the worker only sees
   committed rows.
 - ``crash_celery_worker``: ``crash()`` SIGKILLs the worker with its pool and starts a new
@@ -30,6 +31,11 @@ if TYPE_CHECKING:
 # Playwright's sync API runs an event loop in this thread; Django would then refuse ORM
 # calls from tests and live_server as "async-unsafe". They are not async: allow them.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+# Every worker the suite starts (the session's, and those tests start with CeleryProcesses from
+# this environment) holds its leases for 6 s instead of the production 30 s, so a test that
+# kills a worker waits seconds for the lapsed lease to be taken over. Set here, before any
+# worker starts; this process's own settings were read before the conftests were imported.
+os.environ.setdefault("WORKFLOWS_EXECUTOR_LEASE_SECONDS", "6")
 
 
 @pytest.fixture(scope="session", autouse=True)

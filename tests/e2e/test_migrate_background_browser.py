@@ -3,8 +3,8 @@ record is applied batch by batch, and the operator pauses it in the dialog, resu
 record page and closes it there as partially applied, with a reason.
 
 The batches are applied by the background task's body called from the test (one batch per
-call), so the bar's steps are known; the real worker runs the same code in
-tests/engine/test_e2e_migrate_background.py.
+call), so the bar's steps are known; a real worker, killed in the middle of 5,000 runs, applies
+them in tests/e2e/test_migrate_background_kill_browser.py.
 
 Set ``SWITCHYARD_SCREENSHOTS=1`` to refresh docs/screenshots/migrate-background.png.
 """

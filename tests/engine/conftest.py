@@ -12,10 +12,9 @@ import pytest
 
 from workflows.engine import executor
 
-# Before any worker starts: the worker imports the test callbacks and runs with a short
-# lease, so crash-recovery tests wait seconds, not the production 30 s.
+# Before any worker starts: the worker imports the test callbacks (its short lease is set for
+# the whole suite in tests/conftest.py).
 os.environ.setdefault("SWITCHYARD_CALLBACK_MODULES", "tests.support.engine_callbacks")
-os.environ.setdefault("WORKFLOWS_EXECUTOR_LEASE_SECONDS", "6")
 import tests.support.engine_callbacks  # noqa: F401  (same registrations in this process)
 
 

@@ -40,14 +40,15 @@ def _name(**kwargs: Any) -> serializers.CharField:
 INT_MAX = 2_147_483_647
 # What workflows.definitions.store admits, stated in the schema (the store refuses the rest
 # with INVALID_ARGUMENT): a definition id of safe characters; a scope that is not blank and
-# holds no control character (Unicode Cc), NUL or surrogate (in a path, no "/" either).
+# holds no control character (Unicode Cc) (in a path, no "/" either). Unpaired surrogates are
+# refused everywhere and named in no pattern (see bounds.KEY_PATTERN).
 DEFINITION_ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": NAME, "pattern": SAFE_NAME.pattern}
-_SCOPE_CHAR = r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]"
-_SCOPE_VISIBLE = rf"[^\x00-\x1f\x7f-\x9f\ud800-\udfff{bounds.UNICODE_SPACE}]"
+_SCOPE_CHAR = r"[^\x00-\x1f\x7f-\x9f]"
+_SCOPE_VISIBLE = rf"[^\x00-\x1f\x7f-\x9f{bounds.UNICODE_SPACE}]"
 SCOPE_PATTERN = rf"^{_SCOPE_CHAR}*{_SCOPE_VISIBLE}{_SCOPE_CHAR}*$"
 SCOPE_SCHEMA = {"type": "string", "minLength": 1, "maxLength": NAME, "pattern": SCOPE_PATTERN}
-_PATH_CHAR = r"[^/\x00-\x1f\x7f-\x9f\ud800-\udfff]"
-_PATH_VISIBLE = rf"[^/\x00-\x1f\x7f-\x9f\ud800-\udfff{bounds.UNICODE_SPACE}]"
+_PATH_CHAR = r"[^/\x00-\x1f\x7f-\x9f]"
+_PATH_VISIBLE = rf"[^/\x00-\x1f\x7f-\x9f{bounds.UNICODE_SPACE}]"
 SCOPE_IN_PATH_PATTERN = rf"^{_PATH_CHAR}*{_PATH_VISIBLE}{_PATH_CHAR}*$"
 VERSION_SCHEMA = {"type": "integer", "minimum": 1, "maximum": INT_MAX}
 

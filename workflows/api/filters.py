@@ -36,6 +36,7 @@ from rest_framework.request import Request
 from workflows import jsonvalues
 from workflows.api.pagination import PAGE_PARAMETERS, RunCursor
 from workflows.exceptions import InvalidPayload, Violation
+from workflows.api.serializers import NOT_BLANK_PATTERN
 from workflows.models import Run, RunStatus, Task, TaskStatus
 
 NAME = 255  # the longest name column (definition id, step, business key, ...)
@@ -57,12 +58,15 @@ MESSAGES = {
 def refuse_unknown(request: Request, known: Iterable[str]) -> None:
     """400 for a query parameter the list does not take: each one named when it looks like a
     parameter name (a misspelling to fix), otherwise not repeated (pointer ``""``); 400 too for
-    a known parameter given blank (``?status=``), which would otherwise filter nothing."""
+    a known parameter given blank (``?status=``, or spaces alone, which the forms trim to
+    nothing), which would otherwise filter nothing."""
     unknown = sorted(set(request.query_params) - {*known, *PAGE_PARAMETERS})
     blank = sorted(
         name
         for name, values in request.query_params.lists()
-        if "" in values and name not in unknown and name not in PAGE_PARAMETERS  # those answer their own 400
+        if any(not value.strip() for value in values)
+        and name not in unknown
+        and name not in PAGE_PARAMETERS  # those answer their own 400
     )
     if blank:
         # ?status= would otherwise read as "no filter": a client that sent a parameter meant
@@ -254,7 +258,8 @@ def _schema(item: df.Filter) -> dict[str, Any]:
         # "json-object": the text of a JSON object (a format of this API's own, documented in
         # the parameter's description; generators that do not know it treat it as a string)
         return {"type": "string", "format": "json-object", "minLength": 2, "maxLength": MAX_STATE_CHARS}
-    return {"type": "string", "minLength": 1, "maxLength": field.max_length}  # blank: 400 (refuse_unknown)
+    # blank (spaces alone too): 400 (refuse_unknown)
+    return {"type": "string", "minLength": 1, "maxLength": field.max_length, "pattern": NOT_BLANK_PATTERN}
 
 
 def parameters(search: type[Search]) -> list[OpenApiParameter]:

@@ -51,6 +51,10 @@ _PATH_CHAR = r"[^/\x00-\x1f\x7f-\x9f]"
 _PATH_VISIBLE = rf"[^/\x00-\x1f\x7f-\x9f{bounds.UNICODE_SPACE}]"
 SCOPE_IN_PATH_PATTERN = rf"^{_PATH_CHAR}*{_PATH_VISIBLE}{_PATH_CHAR}*$"
 VERSION_SCHEMA = {"type": "integer", "minimum": 1, "maximum": INT_MAX}
+# A text that is not blank: one character that is not a space (str.isspace, what DRF's trimming
+# removes before it refuses a blank). ``base.ContractSchema`` states it for every text field
+# that refuses a blank.
+NOT_BLANK_PATTERN = rf"[^{bounds.UNICODE_SPACE}]"
 
 
 @extend_schema_field(DEFINITION_ID_SCHEMA)
@@ -163,7 +167,7 @@ ASSIGNMENT_SCHEMA = {
     "required": ["mode", "value"],
     "properties": {
         "mode": {"type": "string", "enum": ["user", "group", "role"]},
-        "value": {"type": "string", "minLength": 1, "maxLength": NAME},
+        "value": {"type": "string", "minLength": 1, "maxLength": NAME, "pattern": NOT_BLANK_PATTERN},
     },
 }
 # ReassignTaskInput as the schema states it: one of the two shapes, never both

@@ -217,9 +217,8 @@ class WebhookView(ApiView):
     )
     def patch(self, request: Request, webhook_id: str) -> Response:
         subscription = _subscription(webhook_id)
-        serializer = WebhookInput(data=request.data, partial=True)
-        serializer.is_valid(raise_exception=True)
-        changed = operations.webhook_update(webhook_id=subscription.id, **dict(serializer.validated_data))
+        changes = valid(WebhookInput, request.data, partial=True)
+        changed = operations.webhook_update(webhook_id=subscription.id, **changes)
         return Response(WebhookOut(webhook_dict(changed)).data)
 
     @extend_schema(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any
 
 import django_filters as df
@@ -35,8 +36,8 @@ from rest_framework.request import Request
 
 from workflows import jsonvalues
 from workflows.api.pagination import PAGE_PARAMETERS, RunCursor
-from workflows.exceptions import InvalidPayload, Violation
 from workflows.api.serializers import NOT_BLANK_PATTERN
+from workflows.exceptions import InvalidPayload, Violation
 from workflows.models import Run, RunStatus, Task, TaskStatus
 
 NAME = 255  # the longest name column (definition id, step, business key, ...)
@@ -273,3 +274,40 @@ def parameters(search: type[Search]) -> list[OpenApiParameter]:
         )
         for name, item in search.base_filters.items()
     ]
+
+
+def object_schema(search: type[Search]) -> dict[str, Any]:
+    """The query parameters of a FilterSet as the members of a JSON object (the filter of a
+    bulk operation), with the JSON types ``object_parameters`` reads: each as its query
+    parameter, a multiple choice also as one value, ``state`` as the object itself; at least
+    one member, no other."""
+    properties: dict[str, Any] = {}
+    for name, item in search.base_filters.items():
+        schema = _schema(item)
+        if isinstance(item, df.MultipleChoiceFilter):
+            schema = {"oneOf": [schema["items"], {**schema, "minItems": 1}]}
+        elif isinstance(item, ContainsFilter):
+            schema = {"type": "object"}
+        description = str(item.extra.get("help_text", ""))
+        properties[name] = {**schema, "description": description} if description else schema
+    return {"type": "object", "minProperties": 1, "additionalProperties": False, "properties": properties}
+
+
+def object_parameters(search: type[Search], name: str, value: Any) -> list[str] | None:
+    """A member of such an object as the query string would carry it, if it has the JSON type
+    ``object_schema`` states (None otherwise): an integer for an integer filter, a string or a
+    list of them for a multiple choice, an object (or its text) for ``state``, a string for the
+    others. A name the FilterSet does not know passes as text, for it to refuse as unknown."""
+    item = search.base_filters.get(name)
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(item, IntegerFilter):
+        if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+            value = int(value)
+        return [str(value)] if isinstance(value, int) else None
+    if isinstance(value, list):
+        many = isinstance(item, df.MultipleChoiceFilter | ContainsFilter)  # state: refused as not JSON
+        return list(value) if many and value and all(isinstance(v, str) for v in value) else None
+    if isinstance(value, dict):
+        return [jsonvalues.dumps(value)] if isinstance(item, ContainsFilter) else None
+    return [value] if isinstance(value, str) else None

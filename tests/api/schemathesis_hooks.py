@@ -1,20 +1,27 @@
 """schemathesis hooks of tests/api/test_schemathesis_live.py (``SCHEMATHESIS_HOOKS``).
 
-``positive_data_acceptance`` ("valid data is accepted") replaced by the same check with one
-documented exception: a 400 that a *stored definition* decides, which no schema of the API can
-state because it differs per definition and version. The exception is as narrow as the rule:
+``positive_data_acceptance`` ("valid data is accepted") replaced by the same check with the
+documented exceptions of refusals that *stored data or the deployment* decide, which no
+schema of the API can state because they differ per definition, per database or per site. The
+exceptions are as narrow as the rules:
 
-- only on the operations below, and only with the problem code named for each;
+- only on the operations below, and only with the problem code (and violations) named for each;
 - never for a refusal of the request's shape (the serializer's "the request does not have the
   expected shape"), of its encoding, of a bound, or of a header: those the schema states, so
   schemathesis' verdict stands.
 
-| operation | refused by the stored definition |
-| --- | --- |
-| start, signal (by id, by key, with start) | the payload against its start or signal schema (INVALID_PAYLOAD) |
-| complete a task | the decision the task offers and its payload schema (INVALID_PAYLOAD) |
-| create a bulk migration | the source and target revisions and the positions of the rows (INVALID_PAYLOAD) |
-| activate | a target scope other than the path's scope or ``default`` (INVALID_ARGUMENT: body and path together) |
+- start, signal (by id, by key, with start): the stored definition, the payload against its
+  start or signal schema (INVALID_PAYLOAD);
+- complete a task: the stored definition, the decision the task offers and its payload schema
+  (INVALID_PAYLOAD);
+- create a bulk migration: the stored definitions, the source and target revisions and the
+  positions of the rows (INVALID_PAYLOAD);
+- activate: the stored versions, a target scope other than the path's scope or ``default``
+  (INVALID_ARGUMENT: body and path together);
+- create a bulk operation: the stored runs, ids that name no run (INVALID_PAYLOAD, every
+  violation ``not_found`` under ``/run_ids``);
+- create or change a webhook: the site's network policy, a literal address outside it
+  (INVALID_PAYLOAD, every violation the ``/url`` one of a non-public address).
 
 A reconcile reason must hold a printable character (Python's ``str.isprintable``: Unicode
 categories, unassigned code points included, which a JSON Schema pattern cannot list); a
@@ -23,9 +30,10 @@ reason without one is refused as blank, and is not judged here either.
 A case schemathesis labels positive although it does not conform to the schema is not valid
 data, and is not judged here: a header, path or query value that does not match the parameter's
 pattern (the coverage phase fills the parameters it is not varying with plain values such as
-``If-Match: 0``), or a JSON body its request schema refuses (fuzzed strings holding control
-characters a pattern excludes). The body is checked with ``jsonschema`` against the schema's
-own request component.
+``If-Match: 0``), or a JSON body its request schema refuses. Path values are judged as the
+server reads them, percent-decoded: schemathesis keeps them in their encoded form. The body is
+checked with ``jsonschema`` (Python's regular expressions, as the server's) against the
+request body's schema as schemathesis itself converts it (``nullable`` included).
 
 And one rule of the whole API that JSON Schema cannot state for the members a request may add
 (the bodies do not forbid additional properties; DRF ignores them): a number anywhere in a
@@ -38,6 +46,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+from urllib.parse import unquote
 
 import jsonschema
 import schemathesis
@@ -64,17 +73,35 @@ SCHEMA_STATED = (
 )
 
 
-def _decided_by_the_definition(response: Any, case: Any) -> bool:
+def _run_that_does_not_exist(violation: dict[str, Any]) -> bool:
+    return violation.get("type") == "not_found" and str(violation.get("pointer", "")).startswith("/run_ids/")
+
+
+def _address_outside_the_network_policy(violation: dict[str, Any]) -> bool:
+    return violation.get("pointer") == "/url" and "non-public address" in str(violation.get("message", ""))
+
+
+# operation -> the violations stored runs or the site decide (every violation must be one)
+DECIDED_BY_VIOLATIONS = {
+    "POST /api/v1/bulk-operations/": _run_that_does_not_exist,
+    "POST /api/v1/webhooks/": _address_outside_the_network_policy,
+    "PATCH /api/v1/webhooks/{webhook_id}/": _address_outside_the_network_policy,
+}
+
+
+def _decided_by_stored_data(response: Any, case: Any) -> bool:
     if response.status_code != 400:
         return False
     try:
         problem = json.loads(response.content)
     except ValueError:
         return False
-    if problem.get("code") == "INVALID_PAYLOAD" and [v.get("type") for v in problem.get("violations", [])] == [
-        "number"
-    ]:
+    violations = problem.get("violations", [])
+    if problem.get("code") == "INVALID_PAYLOAD" and [v.get("type") for v in violations] == ["number"]:
         return True
+    decided = DECIDED_BY_VIOLATIONS.get(case.operation.label)
+    if decided is not None:
+        return problem.get("code") == "INVALID_PAYLOAD" and bool(violations) and all(map(decided, violations))
     codes = DECIDED_BY_THE_DEFINITION.get(case.operation.label, set())
     detail = str(problem.get("detail", ""))
     return problem.get("code") in codes and not any(text in detail for text in SCHEMA_STATED)
@@ -91,7 +118,9 @@ def _reason_without_a_printable_character(case: Any) -> bool:
 
 
 def _conforms(case: Any) -> bool:
-    values = {"header": case.headers or {}, "path": case.path_parameters or {}, "query": case.query or {}}
+    # percent-decoded, as the server reads a path (schemathesis keeps the encoded form)
+    path = {name: unquote(str(value)) for name, value in (case.path_parameters or {}).items()}
+    values = {"header": case.headers or {}, "path": path, "query": case.query or {}}
     for parameter in case.operation.definition.raw.get("parameters", []):
         pattern = parameter.get("schema", {}).get("pattern")
         given = values.get(parameter.get("in"), {})
@@ -100,21 +129,23 @@ def _conforms(case: Any) -> bool:
             items = given[name] if isinstance(given[name], list) else [given[name]]
             if any(re.search(pattern, str(item)) is None for item in items):
                 return False
-    body = case.operation.definition.raw.get("requestBody", {}).get("content", {}).get("application/json")
-    if body and isinstance(case.body, dict | list):
-        document = {**body["schema"], "components": case.operation.schema.raw_schema.get("components", {})}
-        if not jsonschema.Draft202012Validator(document).is_valid(case.body):
-            return False
+    for body in case.operation.body:
+        if body.media_type == "application/json" == case.media_type and isinstance(case.body, dict | list):
+            validator = jsonschema.Draft202012Validator(
+                body.validation_schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+            )
+            if not validator.is_valid(case.body):
+                return False
     return True
 
 
 @schemathesis.check
-def positive_data_acceptance_but_definition_rules(ctx: Any, response: Any, case: Any) -> bool | None:
+def positive_data_acceptance_but_stored_data_rules(ctx: Any, response: Any, case: Any) -> bool | None:
     try:
         return positive_data_acceptance(ctx, response, case)
     except Failure:
         if (
-            _decided_by_the_definition(response, case)
+            _decided_by_stored_data(response, case)
             or _reason_without_a_printable_character(case)
             or not _conforms(case)
         ):

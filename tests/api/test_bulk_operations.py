@@ -136,6 +136,11 @@ BAD_BODIES: list[tuple[Callable[[str], dict[str, Any]], str, str]] = [
     (lambda run: {"action": "cancel", "filter": {"status": [SENTINEL]}}, "/filter/status", "invalid_choice"),
     (lambda run: {"action": "cancel", "filter": {"state": [SENTINEL]}}, "/filter/state", "json"),
     (lambda run: {"action": "cancel", "filter": {"version": True}}, "/filter/version", "invalid"),
+    # each member of the JSON type the schema states: no text for an integer, no number for a text
+    (lambda run: {"action": "cancel", "filter": {"version": "1"}}, "/filter/version", "invalid"),
+    (lambda run: {"action": "cancel", "filter": {"definition_id": 5}}, "/filter/definition_id", "invalid"),
+    (lambda run: {"action": "cancel", "filter": {"scope": ["a", "b"]}}, "/filter/scope", "invalid"),
+    (lambda run: {"action": "cancel", "filter": {"definition_id": " "}}, "/filter/definition_id", "blank"),
     (lambda run: {"action": "cancel", "filter": {"page_size": 5}}, "/filter/page_size", "unknown"),
     (lambda run: {"action": "cancel", "run_ids": [run, NO_RUN]}, "/run_ids/1", "not_found"),
     (lambda run: {"action": "cancel", "run_ids": [SENTINEL]}, "/run_ids/0", "invalid"),

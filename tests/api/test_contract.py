@@ -7,7 +7,9 @@ from response components with their bounds."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -100,8 +102,11 @@ def test_every_list_refuses_a_page_size_out_of_range(admin_api: APIClient, path:
         ("/api/v1/migrations/1/runs/", "status"),
     ],
 )
-def test_a_blank_filter_is_refused_not_read_as_no_filter(admin_api: APIClient, path: str, name: str) -> None:
-    body = assert_problem(admin_api.get(path, {name: ""}), 400, "INVALID_PAYLOAD")
+@pytest.mark.parametrize("blank", ["", " \t\u3000"])  # spaces alone: the filters trim them to nothing
+def test_a_blank_filter_is_refused_not_read_as_no_filter(
+    admin_api: APIClient, path: str, name: str, blank: str
+) -> None:
+    body = assert_problem(admin_api.get(path, {name: blank}), 400, "INVALID_PAYLOAD")
     assert body["violations"] == [{"pointer": f"/{name}", "type": "blank", "message": "must not be blank"}]
 
 
@@ -179,3 +184,115 @@ def test_request_components_are_split_from_responses_with_their_bounds(spec: dic
             for media in operation.get("requestBody", {}).get("content", {}).values():
                 ref = media["schema"].get("$ref", "")
                 assert not ref or ref.endswith("Request"), ref
+
+
+def _patterns(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        if isinstance(node.get("pattern"), str):
+            yield node["pattern"]
+        for value in node.values():
+            yield from _patterns(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _patterns(value)
+
+
+def test_every_pattern_of_the_schema_compiles_as_python_and_as_rust_regular_expressions(spec: dict[str, Any]) -> None:
+    """schemathesis compiles patterns with jsonschema-rs (Rust): one it cannot compile (a range
+    of surrogates, which a Rust regex has no characters for) is dropped, and it generates values
+    without it, as "valid" data (issue #31: scopes with control characters in paths)."""
+    import jsonschema_rs
+
+    patterns = sorted(set(_patterns(spec)))
+    assert len(patterns) >= 6
+    for pattern in patterns:
+        re.compile(pattern)
+        jsonschema_rs.Draft202012Validator({"pattern": pattern})  # raises for a pattern it cannot compile
+
+
+def test_every_path_parameter_states_what_it_admits(spec: dict[str, Any]) -> None:
+    """An integer, a uuid or a pattern: a path segment never admits just any text (a "/", a
+    control character or spaces alone would not name what the endpoint looks up)."""
+    for path, item in spec["paths"].items():
+        for operation in item.values():
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] != "path":
+                    continue
+                schema = parameter["schema"]
+                if schema.get("type") == "integer" or schema.get("format") == "uuid":
+                    continue
+                pattern = schema.get("pattern")
+                assert pattern, (path, parameter["name"])
+                for text in ("a/b", "a\x1fb", "a\x85b", " ", ""):
+                    assert re.search(pattern, text) is None, (path, parameter["name"], text)
+
+
+SPACES = "".join(chr(c) for c in range(0x110000) if chr(c).isspace())  # what str.strip() removes
+
+
+def _strings(node: Any, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    if isinstance(node, dict):
+        if node.get("type") == "string":
+            yield where, node
+        for key, value in node.items():
+            yield from _strings(value, f"{where}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _strings(value, f"{where}/{i}")
+
+
+def _request_strings(spec: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, component in spec["components"]["schemas"].items():
+        if name.endswith("Request"):
+            yield from _strings(component, name)
+    for path, item in spec["paths"].items():
+        for method, operation in item.items():
+            for parameter in operation.get("parameters", []):
+                yield from _strings(parameter["schema"], f"{method} {path} {parameter['in']} {parameter['name']}")
+            for media, content in operation.get("requestBody", {}).get("content", {}).items():
+                yield from _strings(content["schema"], f"{method} {path} {media}")
+
+
+def test_a_text_that_must_not_be_blank_states_that_spaces_alone_are_blank(spec: dict[str, Any]) -> None:
+    """The API trims texts before it refuses a blank one (DRF, django-filter), so ``minLength: 1``
+    alone would admit " " as valid (issue #31: a blank decision, a blank row node); every such
+    string of a request states a pattern that refuses spaces alone (base.ContractSchema, the
+    filters' schemas)."""
+    found = [(where, schema) for where, schema in _request_strings(spec) if schema.get("minLength", 0) >= 1]
+    assert len(found) > 30
+    for where, schema in found:
+        if "enum" in schema or schema.get("format") in ("date-time", "uuid", "json-object"):
+            continue
+        pattern = schema.get("pattern")
+        assert pattern, where
+        for text in (SPACES, " ", "\t", "\x1c", "\u3000"):
+            assert re.search(pattern, text) is None, (where, text)
+
+
+WEBHOOK = {"url": "https://hooks.example.com/in", "events": ["run.completed"]}
+MIGRATION = {"definition_id": "api-purchase", "source_version": 1, "target_version": 1, "rows": []}
+ROW = {"node": "review", "kind": "TASK", "action": "end", "runs": "all"}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "pointer"),
+    [
+        ("/api/v1/webhooks/", {**WEBHOOK, "description": 0}, "/description"),  # found by schemathesis
+        ("/api/v1/webhooks/", {**WEBHOOK, "active": "yes"}, "/active"),
+        ("/api/v1/webhooks/", {**WEBHOOK, "active": 1}, "/active"),
+        ("/api/v1/migrations/", {**MIGRATION, "source_version": "1"}, "/source_version"),
+        ("/api/v1/migrations/", {**MIGRATION, "apply": "true"}, "/apply"),
+        ("/api/v1/migrations/", {**MIGRATION, "rows": [ROW, {**ROW, "node": 7}]}, "/rows/1/node"),
+        ("/api/v1/runs/", {"definition_id": "api-purchase", "version": "1"}, "/version"),
+        ("/api/v1/runs/by-key/signals/", {"definition_id": "d", "business_key": "k", "name": 5}, "/name"),
+        ("/api/v1/bulk-operations/", {"action": "cancel", "run_ids": [str(uuid.UUID(int=1))], "reason": 5}, "/reason"),
+    ],
+)
+def test_a_value_of_another_json_type_is_refused_not_coerced(
+    admin_api: APIClient, path: str, body: dict[str, Any], pointer: str
+) -> None:
+    """The schema states each member's JSON type; DRF's fields would read 0 as the text "0",
+    "1" as an integer and 1 or "yes" as true (issue #31: a webhook with ``"description": 0``
+    was created). Such a value is refused where it stands, with no value repeated."""
+    problem = assert_problem(admin_api.post(path, body, format="json"), 400, "INVALID_PAYLOAD")
+    assert [(v["pointer"], v["type"]) for v in problem["violations"]] == [(pointer, "invalid")]

@@ -12,16 +12,20 @@ here as part of that surface.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
-from django.http import HttpRequest
+from django.core.validators import RegexValidator
+from django.http import HttpRequest, QueryDict
 from django.http.response import HttpResponseBase
 from django.utils import translation
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import exceptions, serializers
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.authentication import TokenAuthentication as DRFTokenAuthentication
+from rest_framework.exceptions import ErrorDetail
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.views import APIView
@@ -32,7 +36,7 @@ from workflows.api.filters import refuse_unknown
 from workflows.api.pagination import MAX_PAGE_SIZE, PAGE_SIZE, Cursor
 from workflows.api.permissions import requires
 from workflows.api.renderers import ExactJSONRenderer
-from workflows.api.serializers import ProblemOut
+from workflows.api.serializers import NOT_BLANK_PATTERN, ProblemOut
 from workflows.exceptions import InvalidPayload, Violation
 
 __all__ = [
@@ -102,6 +106,34 @@ PAGE = [
 ]
 
 
+class ContractSchema(AutoSchema):
+    """drf-spectacular's AutoSchema, with two refusals of DRF's fields stated in the request
+    components and query parameters it derives from serializers (the schema is the contract:
+    a request it admits is accepted):
+
+    - a text field that refuses a blank (``allow_blank=False``) refuses a text of spaces alone
+      too, for DRF trims it first: ``minLength: 1`` says too little, a pattern asks for one
+      character that is not a space (``NOT_BLANK_PATTERN``); a field with a pattern of its own
+      keeps it (``tests/api/test_contract.py`` checks that it refuses spaces too);
+    - a list or object field with ``allow_empty=False`` refuses an empty one: ``minItems`` /
+      ``minProperties`` 1.
+    """
+
+    def _map_serializer_field(self, field: Any, direction: Any, bypass_extensions: bool = False) -> Any:
+        schema = super()._map_serializer_field(field, direction, bypass_extensions)
+        if direction != "request" or not isinstance(schema, dict) or getattr(field, "read_only", False):
+            return schema
+        kind = schema.get("type")
+        if isinstance(field, serializers.CharField) and not field.allow_blank and kind == "string":
+            stated = {"pattern", "enum", "format"} & set(schema)
+            if not stated and not any(isinstance(v, RegexValidator) for v in field.validators):
+                schema["pattern"] = NOT_BLANK_PATTERN
+        elif getattr(field, "allow_empty", True) is False and kind in ("array", "object"):
+            key = "minItems" if kind == "array" else "minProperties"
+            schema[key] = max(schema.get(key, 0), 1)
+        return schema
+
+
 # --- the view class --------------------------------------------------------------------------
 
 
@@ -117,6 +149,7 @@ class TokenAuthentication(DRFTokenAuthentication):
 
 
 class ApiView(APIView):
+    schema = ContractSchema()
     # Token first: an unauthenticated request is answered 401 with WWW-Authenticate (DRF takes
     # the header from the first class; session authentication has none and would make it 403).
     authentication_classes = [TokenAuthentication, SessionAuthentication]
@@ -169,8 +202,75 @@ def query(request: Request, filters: type[serializers.Serializer]) -> dict[str, 
     return valid(filters, request.query_params)
 
 
-def valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
-    """The validated data of ``data`` (a DRF ValidationError, shaped as INVALID_PAYLOAD, otherwise)."""
-    serializer = serializer_class(data=data)
+def valid(serializer_class: type[serializers.Serializer], data: Any, *, partial: bool = False) -> dict[str, Any]:
+    """The validated data of ``data`` (a DRF ValidationError, shaped as INVALID_PAYLOAD, otherwise).
+
+    A JSON body's values must have the JSON types the schema states for its fields
+    (``json_type_errors``): DRF's fields would read ``0`` as the text "0", ``"1"`` as an
+    integer and ``1`` or ``"yes"`` as true, accepting what the schema refuses. Query
+    parameters (a ``QueryDict``) are text and read as DRF reads them."""
+    serializer = serializer_class(data=data, partial=partial)
+    if not isinstance(data, QueryDict) and isinstance(data, dict):
+        errors = json_type_errors(serializer.fields, data)
+        if errors:
+            raise serializers.ValidationError(errors)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
+
+
+_TEXT_FIELDS = (
+    serializers.CharField,
+    serializers.ChoiceField,
+    serializers.UUIDField,
+    serializers.DateTimeField,
+    serializers.DateField,
+    serializers.TimeField,
+    serializers.DurationField,
+)
+
+
+def _type_error(field: Any, value: Any) -> Any:
+    """What ``field`` says of a JSON value of the wrong type (None: the type fits, or the field
+    reads any JSON); nested serializers and lists are checked item by item."""
+    if isinstance(field, serializers.BaseSerializer):
+        if isinstance(field, serializers.ListSerializer):
+            if not isinstance(value, list):
+                return None  # the serializer refuses it itself
+            items = [_type_error(field.child, item) or {} for item in value]
+            return items if any(items) else None
+        if isinstance(field, serializers.Serializer) and isinstance(value, dict):
+            return json_type_errors(field.fields, value) or None
+        return None
+    if isinstance(field, serializers.MultipleChoiceField):
+        return None
+    if isinstance(field, serializers.ListField):
+        if not isinstance(value, list):
+            return None
+        items = [_type_error(field.child, item) or {} for item in value]
+        return items if any(items) else None
+    if isinstance(field, serializers.BooleanField):
+        fits, message = isinstance(value, bool), "must be true or false"
+    elif isinstance(field, serializers.IntegerField):
+        fits, message = isinstance(value, int | Decimal) and not isinstance(value, bool), "must be an integer"
+    elif isinstance(field, serializers.FloatField | serializers.DecimalField):
+        fits, message = isinstance(value, int | float | Decimal) and not isinstance(value, bool), "must be a number"
+    elif isinstance(field, _TEXT_FIELDS):
+        fits, message = isinstance(value, str), "must be a string"
+    else:
+        return None  # JSONField, DictField, a field of its own: they read what they document
+    if fits or value is None:  # null: the field's allow_null decides
+        return None
+    return [ErrorDetail(message, code="invalid")]
+
+
+def json_type_errors(fields: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """Per field of ``fields`` given in ``data``, the values whose JSON type is not the one the
+    schema states for it (DRF's error detail shape, for the problem's pointers)."""
+    errors = {}
+    for name, field in fields.items():
+        if field.read_only or name not in data:
+            continue
+        error = _type_error(field, data[name])
+        if error:
+            errors[name] = error
+    return errors

@@ -16,11 +16,11 @@ single-run endpoints'); reading them, view runs. Adapters only: input → ``work
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from django.http import QueryDict
 from django.urls import path, reverse
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, PermissionDenied
@@ -28,7 +28,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from workflows import access, jsonvalues, operations, queries
+from workflows import access, conf, operations, queries
 from workflows.access import Capability
 from workflows.api import filters, pagination, permissions
 from workflows.api.base import BODY, PAGE, ApiView, errors, valid
@@ -82,6 +82,32 @@ class BulkOperationInput(serializers.Serializer):
     run_ids = serializers.ListField(child=serializers.UUIDField(), required=False, allow_empty=False)
     signal = SignalSpec(required=False, help_text="for action signal: the signal every run gets")
     reason = serializers.CharField(max_length=1000, required=False, allow_blank=True, default="")
+
+
+class BulkOperationInputSchema(OpenApiSerializerExtension):
+    """``BulkOperationInput`` as the schema states it, with what ``BulkOperationsView.post`` and
+    ``selected_runs`` check besides the fields: the filter's members typed as the runs list's
+    query parameters, either ``filter`` or ``run_ids`` (not both), ``signal`` for the action
+    signal, and at most ``BULK.MAX_RUNS`` ids."""
+
+    target_class = BulkOperationInput
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> Any:
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        if direction != "request":
+            return schema
+        properties = schema["properties"]
+        described = {"description": properties["filter"].get("description", "")}
+        properties["filter"] = {**filters.object_schema(filters.RunSearch), **described}
+        properties["run_ids"]["maxItems"] = conf.get().BULK.MAX_RUNS
+        schema["oneOf"] = [
+            {"required": ["filter"], "not": {"required": ["run_ids"]}},
+            {"required": ["run_ids"], "not": {"required": ["filter"]}},
+        ]
+        # "not" around the enum: drf-spectacular's enum hook would make a listed enum a component
+        not_signal = {"not": {"enum": [BulkAction.SIGNAL.value]}}
+        schema["anyOf"] = [{"properties": {"action": not_signal}}, {"required": ["signal"]}]
+        return schema
 
 
 class RecordFilters(serializers.Serializer):
@@ -151,21 +177,6 @@ class _Query:
         self.query_params = params
 
 
-def _parameter(name: str, value: Any) -> list[str] | None:
-    """A filter value as the query string would carry it (None: no query string can)."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, int | Decimal):
-        return [str(value)]
-    if isinstance(value, dict) and name == "state":
-        return [jsonvalues.dumps(value)]
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return list(value)
-    return None
-
-
 def selected_runs(filter: dict[str, Any]) -> Any:
     """The ids of the runs ``filter`` selects, oldest first (lazy), by the runs list's own
     FilterSet; its refusals point into ``/filter``."""
@@ -175,7 +186,11 @@ def selected_runs(filter: dict[str, Any]) -> Any:
     params = QueryDict(mutable=True)
     bad = []
     for name, value in filter.items():
-        values = None if name in pagination.PAGE_PARAMETERS else _parameter(str(name), value)
+        values = (
+            None
+            if name in pagination.PAGE_PARAMETERS
+            else filters.object_parameters(filters.RunSearch, str(name), value)
+        )
         if values is None:
             bad.append(name)
         else:
@@ -188,7 +203,8 @@ def selected_runs(filter: dict[str, Any]) -> Any:
                 Violation(
                     f"/filter/{escape_pointer_token(n)}" if filters.PARAMETER_NAME.fullmatch(str(n)) else "/filter",
                     "invalid" if n in known else "unknown",
-                    "must be a string, an integer, a list of strings or (state) a JSON object"
+                    "not of the type the filter takes: an integer (version), a status or a list of them, "
+                    "a JSON object (state), a string"
                     if n in known
                     else "not a parameter of the runs list",
                 )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any
 
 import django_filters as df
@@ -35,6 +36,7 @@ from rest_framework.request import Request
 
 from workflows import jsonvalues
 from workflows.api.pagination import PAGE_PARAMETERS, RunCursor
+from workflows.api.serializers import NOT_BLANK_PATTERN
 from workflows.exceptions import InvalidPayload, Violation
 from workflows.models import Run, RunStatus, Task, TaskStatus
 
@@ -57,12 +59,15 @@ MESSAGES = {
 def refuse_unknown(request: Request, known: Iterable[str]) -> None:
     """400 for a query parameter the list does not take: each one named when it looks like a
     parameter name (a misspelling to fix), otherwise not repeated (pointer ``""``); 400 too for
-    a known parameter given blank (``?status=``), which would otherwise filter nothing."""
+    a known parameter given blank (``?status=``, or spaces alone, which the forms trim to
+    nothing), which would otherwise filter nothing."""
     unknown = sorted(set(request.query_params) - {*known, *PAGE_PARAMETERS})
     blank = sorted(
         name
         for name, values in request.query_params.lists()
-        if "" in values and name not in unknown and name not in PAGE_PARAMETERS  # those answer their own 400
+        if any(not value.strip() for value in values)
+        and name not in unknown
+        and name not in PAGE_PARAMETERS  # those answer their own 400
     )
     if blank:
         # ?status= would otherwise read as "no filter": a client that sent a parameter meant
@@ -254,7 +259,8 @@ def _schema(item: df.Filter) -> dict[str, Any]:
         # "json-object": the text of a JSON object (a format of this API's own, documented in
         # the parameter's description; generators that do not know it treat it as a string)
         return {"type": "string", "format": "json-object", "minLength": 2, "maxLength": MAX_STATE_CHARS}
-    return {"type": "string", "minLength": 1, "maxLength": field.max_length}  # blank: 400 (refuse_unknown)
+    # blank (spaces alone too): 400 (refuse_unknown)
+    return {"type": "string", "minLength": 1, "maxLength": field.max_length, "pattern": NOT_BLANK_PATTERN}
 
 
 def parameters(search: type[Search]) -> list[OpenApiParameter]:
@@ -268,3 +274,40 @@ def parameters(search: type[Search]) -> list[OpenApiParameter]:
         )
         for name, item in search.base_filters.items()
     ]
+
+
+def object_schema(search: type[Search]) -> dict[str, Any]:
+    """The query parameters of a FilterSet as the members of a JSON object (the filter of a
+    bulk operation), with the JSON types ``object_parameters`` reads: each as its query
+    parameter, a multiple choice also as one value, ``state`` as the object itself; at least
+    one member, no other."""
+    properties: dict[str, Any] = {}
+    for name, item in search.base_filters.items():
+        schema = _schema(item)
+        if isinstance(item, df.MultipleChoiceFilter):
+            schema = {"oneOf": [schema["items"], {**schema, "minItems": 1}]}
+        elif isinstance(item, ContainsFilter):
+            schema = {"type": "object"}
+        description = str(item.extra.get("help_text", ""))
+        properties[name] = {**schema, "description": description} if description else schema
+    return {"type": "object", "minProperties": 1, "additionalProperties": False, "properties": properties}
+
+
+def object_parameters(search: type[Search], name: str, value: Any) -> list[str] | None:
+    """A member of such an object as the query string would carry it, if it has the JSON type
+    ``object_schema`` states (None otherwise): an integer for an integer filter, a string or a
+    list of them for a multiple choice, an object (or its text) for ``state``, a string for the
+    others. A name the FilterSet does not know passes as text, for it to refuse as unknown."""
+    item = search.base_filters.get(name)
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(item, IntegerFilter):
+        if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+            value = int(value)
+        return [str(value)] if isinstance(value, int) else None
+    if isinstance(value, list):
+        many = isinstance(item, df.MultipleChoiceFilter | ContainsFilter)  # state: refused as not JSON
+        return list(value) if many and value and all(isinstance(v, str) for v in value) else None
+    if isinstance(value, dict):
+        return [jsonvalues.dumps(value)] if isinstance(item, ContainsFilter) else None
+    return [value] if isinstance(value, str) else None

@@ -40,16 +40,21 @@ def _name(**kwargs: Any) -> serializers.CharField:
 INT_MAX = 2_147_483_647
 # What workflows.definitions.store admits, stated in the schema (the store refuses the rest
 # with INVALID_ARGUMENT): a definition id of safe characters; a scope that is not blank and
-# holds no control character (Unicode Cc), NUL or surrogate (in a path, no "/" either).
+# holds no control character (Unicode Cc) (in a path, no "/" either). Unpaired surrogates are
+# refused everywhere and named in no pattern (see bounds.KEY_PATTERN).
 DEFINITION_ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": NAME, "pattern": SAFE_NAME.pattern}
-_SCOPE_CHAR = r"[^\x00-\x1f\x7f-\x9f\ud800-\udfff]"
-_SCOPE_VISIBLE = rf"[^\x00-\x1f\x7f-\x9f\ud800-\udfff{bounds.UNICODE_SPACE}]"
+_SCOPE_CHAR = r"[^\x00-\x1f\x7f-\x9f]"
+_SCOPE_VISIBLE = rf"[^\x00-\x1f\x7f-\x9f{bounds.UNICODE_SPACE}]"
 SCOPE_PATTERN = rf"^{_SCOPE_CHAR}*{_SCOPE_VISIBLE}{_SCOPE_CHAR}*$"
 SCOPE_SCHEMA = {"type": "string", "minLength": 1, "maxLength": NAME, "pattern": SCOPE_PATTERN}
-_PATH_CHAR = r"[^/\x00-\x1f\x7f-\x9f\ud800-\udfff]"
-_PATH_VISIBLE = rf"[^/\x00-\x1f\x7f-\x9f\ud800-\udfff{bounds.UNICODE_SPACE}]"
+_PATH_CHAR = r"[^/\x00-\x1f\x7f-\x9f]"
+_PATH_VISIBLE = rf"[^/\x00-\x1f\x7f-\x9f{bounds.UNICODE_SPACE}]"
 SCOPE_IN_PATH_PATTERN = rf"^{_PATH_CHAR}*{_PATH_VISIBLE}{_PATH_CHAR}*$"
 VERSION_SCHEMA = {"type": "integer", "minimum": 1, "maximum": INT_MAX}
+# A text that is not blank: one character that is not a space (str.isspace, what DRF's trimming
+# removes before it refuses a blank). ``base.ContractSchema`` states it for every text field
+# that refuses a blank.
+NOT_BLANK_PATTERN = rf"[^{bounds.UNICODE_SPACE}]"
 
 
 @extend_schema_field(DEFINITION_ID_SCHEMA)
@@ -162,7 +167,7 @@ ASSIGNMENT_SCHEMA = {
     "required": ["mode", "value"],
     "properties": {
         "mode": {"type": "string", "enum": ["user", "group", "role"]},
-        "value": {"type": "string", "minLength": 1, "maxLength": NAME},
+        "value": {"type": "string", "minLength": 1, "maxLength": NAME, "pattern": NOT_BLANK_PATTERN},
     },
 }
 # ReassignTaskInput as the schema states it: one of the two shapes, never both

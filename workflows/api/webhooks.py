@@ -23,7 +23,7 @@ from typing import Any
 from django.db.models import Prefetch
 from django.urls import path
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -31,6 +31,7 @@ from rest_framework.response import Response
 from workflows import operations, signals
 from workflows.access import Capability
 from workflows.api.base import BODY, PAGE, ApiView, Cursor, errors, query, requires, valid
+from workflows.engine.events import URL_MAX_CHARS, URL_PATTERN
 from workflows.exceptions import WebhookNotFound
 from workflows.models import OutboxIntent, WebhookAttempt, WebhookSubscription
 
@@ -48,10 +49,21 @@ class NewestFirst(Cursor):
 # --- serializers ----------------------------------------------------------------------------
 
 
+@extend_schema_field({"type": "string", "maxLength": URL_MAX_CHARS, "pattern": URL_PATTERN})
+class UrlField(serializers.CharField):
+    """A subscription's URL, as ``workflows.engine.events`` admits it (the schema states its
+    pattern), taken as sent: untrimmed, so that the pattern judges what is stored."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=URL_MAX_CHARS, trim_whitespace=False, **kwargs)
+
+
 class WebhookInput(serializers.Serializer):
-    url = serializers.CharField(max_length=2048, help_text="https only; the receiver's address")
+    url = UrlField(help_text="https only; the receiver's address")
     events = serializers.ListField(
-        child=serializers.ChoiceField(choices=list(signals.EVENT_TYPES)), max_length=len(signals.EVENT_TYPES)
+        child=serializers.ChoiceField(choices=list(signals.EVENT_TYPES)),
+        max_length=len(signals.EVENT_TYPES),
+        allow_empty=False,
     )
     definition_id = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
     active = serializers.BooleanField(required=False, default=True)
@@ -217,9 +229,8 @@ class WebhookView(ApiView):
     )
     def patch(self, request: Request, webhook_id: str) -> Response:
         subscription = _subscription(webhook_id)
-        serializer = WebhookInput(data=request.data, partial=True)
-        serializer.is_valid(raise_exception=True)
-        changed = operations.webhook_update(webhook_id=subscription.id, **dict(serializer.validated_data))
+        changes = valid(WebhookInput, request.data, partial=True)
+        changed = operations.webhook_update(webhook_id=subscription.id, **changes)
         return Response(WebhookOut(webhook_dict(changed)).data)
 
     @extend_schema(

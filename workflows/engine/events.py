@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import ipaddress
 import logging
+import re
 import secrets
 import socket
 import ssl
@@ -230,11 +231,41 @@ def redeliver(intent_id: int) -> None:
 
 # --- subscriptions ----------------------------------------------------------------------------
 
+# A subscription's URL as this module admits it, also the API schema's ``pattern`` of ``url``
+# (ECMA-262, Python and Rust regex alike): https, a host name of letters, digits and ``._~-`` or
+# a bracketed IPv6 address (RFC 3986, IPv4 tail included), an optional port up to 65535, then
+# printable ASCII. Whatever it admits, ``urlsplit`` reads as an https URL with a host and no
+# credentials; what it refuses is refused here, so the schema and the API agree. A literal
+# address is also held to the services' network policy (``webhooks.allowed``), a setting no
+# schema states.
+_H16 = r"[0-9A-Fa-f]{1,4}"
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_IPV4 = rf"(?:{_OCTET}\.){{3}}{_OCTET}"
+_LS32 = rf"(?:{_H16}:{_H16}|{_IPV4})"
+_IPV6 = "|".join(
+    [
+        rf"(?:{_H16}:){{6}}{_LS32}",
+        rf"::(?:{_H16}:){{5}}{_LS32}",
+        rf"(?:{_H16})?::(?:{_H16}:){{4}}{_LS32}",
+        rf"(?:(?:{_H16}:){{0,1}}{_H16})?::(?:{_H16}:){{3}}{_LS32}",
+        rf"(?:(?:{_H16}:){{0,2}}{_H16})?::(?:{_H16}:){{2}}{_LS32}",
+        rf"(?:(?:{_H16}:){{0,3}}{_H16})?::{_H16}:{_LS32}",
+        rf"(?:(?:{_H16}:){{0,4}}{_H16})?::{_LS32}",
+        rf"(?:(?:{_H16}:){{0,5}}{_H16})?::{_H16}",
+        rf"(?:(?:{_H16}:){{0,6}}{_H16})?::",
+    ]
+)
+_PORT = r"0*(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
+URL_PATTERN = rf"^https://(?:[A-Za-z0-9._~-]+|\[(?:{_IPV6})\])(?::(?:{_PORT})?)?(?:[/?#][\x21-\x7e]*)?$"
+URL_MAX_CHARS = 2048
+_URL = re.compile(URL_PATTERN.removesuffix("$"))  # fullmatch: "$" would admit a final newline
+
 
 def subscription_problems(*, url: str | None = None, events: Any = None) -> list[Violation]:
     """Why a subscription's URL or event list cannot be kept (value-free), for the fields
-    given. The URL must be https with a host and no credentials; a literal address must pass
-    the service steps' network policy (a host name is resolved, and vetted, at delivery)."""
+    given. The URL must be https with a host and no credentials, as ``URL_PATTERN`` spells it;
+    a literal address must pass the service steps' network policy (a host name is resolved,
+    and vetted, at delivery)."""
     problems: list[Violation] = []
     if url is not None:
         message = ""
@@ -248,8 +279,10 @@ def subscription_problems(*, url: str | None = None, events: Any = None) -> list
                 message = "must be an https URL with a host"
             elif parts.username or parts.password:
                 message = "must not carry credentials"
-            elif len(url) > 2048:
-                message = "is longer than 2048 characters"
+            elif len(url) > URL_MAX_CHARS:
+                message = f"is longer than {URL_MAX_CHARS} characters"
+            elif not _URL.fullmatch(url):
+                message = "must name a host name or an IPv6 address in brackets, in printable ASCII"
             else:
                 try:
                     address = ipaddress.ip_address(parts.hostname.split("%", 1)[0])

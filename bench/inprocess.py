@@ -40,6 +40,13 @@ def main() -> None:
         action="store_true",
         help="the PostgreSQL backend's CPU per statement (log_statement_stats; needs a superuser and the server log)",
     )
+    ap.add_argument(
+        "--drop-index",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="drop this index after migrating, to measure what it costs the hot path (repeatable)",
+    )
     ap.add_argument("--server-log", type=Path, help="the server's log file (default: Debian's for its version)")
     args = ap.parse_args()
 
@@ -77,6 +84,9 @@ def run(args: argparse.Namespace) -> None:
     from workflows.engine import outbox, wakeups
 
     call_command("migrate", verbosity=0)
+    with connection.cursor() as cur:
+        for index in args.drop_index:
+            cur.execute(f'DROP INDEX "{index}"')
     hotpath.deploy()
 
     queue: collections.deque[tuple[str, Any]] = collections.deque()

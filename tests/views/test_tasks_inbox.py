@@ -59,6 +59,13 @@ def _listed(html: str) -> list[str]:
     return re.findall(r'<a href="/tasks/([0-9a-f-]{36})/">', html)
 
 
+def _workflow_choices(html: str) -> list[str]:
+    """The options of the inbox's workflow filter, "Any" left out."""
+    select = re.search(r'<select name="workflow"[^>]*>(.*?)</select>', html, re.S)
+    assert select, "the inbox has a workflow filter"
+    return [v for v in re.findall(r'<option value="([^"]*)"', select.group(1)) if v]
+
+
 # --- paging, search, filters, order ----------------------------------------------------------
 
 
@@ -305,3 +312,22 @@ def test_a_claim_racing_a_decision_finds_the_task_decided(demo_users: dict[str, 
     task.refresh_from_db()
     assert task.status == "COMPLETING" and task.claimed_by == ""
     assert Command.objects.filter(kind="COMPLETION", run_id=task.run_id).count() == 1
+
+
+def test_the_workflow_filter_offers_the_workflows_of_open_tasks_only(demo_users: dict[str, Any]) -> None:
+    tasks = _open_many(2)
+    deploy(FORM)
+    own = operations.start(definition_id="form-check", business_key="INV-9", payload={"number": "INV-9"}).run_id
+    drain(own)
+    alice, bob = _client(demo_users["alice"]), _client(demo_users["bob"])
+    assert _workflow_choices(alice.get("/tasks/").content.decode()) == ["approval", "form-check"]
+
+    # a cancelled run's task is closed: its workflow leaves the filter with it
+    operations.cancel(run_id=own, reason="not needed")
+    drain(own)
+    assert _workflow_choices(alice.get("/tasks/").content.decode()) == ["approval"]
+    # the group's tasks stay offered while one of them is open
+    operations.cancel(run_id=tasks[0].run_id, reason="not needed")
+    drain(tasks[0].run_id)
+    assert _workflow_choices(alice.get("/tasks/").content.decode()) == ["approval"]
+    assert _workflow_choices(bob.get("/tasks/").content.decode()) == ["approval"]  # also in approvers

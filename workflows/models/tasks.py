@@ -61,9 +61,11 @@ class Task(models.Model):
         verbose_name_plural = _("tasks")
         db_table = "workflow_tasks"
         indexes = [
+            # the open tasks of a user or a group, in the API's order (created_at, id): a page
+            # of a big group's tasks is read in order from here instead of sorting them all
             models.Index(
-                fields=["assignment_mode", "assignment_value"],
-                name="workflow_task_inbox",
+                fields=["assignment_mode", "assignment_value", "created_at", "id"],
+                name="workflow_task_open_assigned",
                 condition=models.Q(status__in=["OPEN", "COMPLETING"]),
             ),
             models.Index(fields=["run", "status"], name="workflow_task_by_run"),

@@ -58,6 +58,50 @@ def test_retention_keeps_everything_by_default_and_takes_none_or_days() -> None:
     assert conf.from_environment(environ)["RETENTION"] == {"ENDED_RUNS_DAYS": 30, "FAILED_RUNS_DAYS": None}
 
 
+def test_the_radar_settings_are_a_section_of_workflows() -> None:
+    radar = conf.build({}).RADAR
+    assert (radar.PERCENTILE, radar.WINDOW_DAYS, radar.SAMPLE, radar.FLOOR_SECONDS, radar.ROWS) == (
+        0.95,
+        30,
+        1000,
+        3600,
+        100,
+    )
+    assert radar.THRESHOLDS == {}
+    given = conf.build({"RADAR": {"PERCENTILE": 0.9, "THRESHOLDS": {"onboarding": 604800, "po:manager": 1.5}}}).RADAR
+    assert given.PERCENTILE == 0.9 and given.THRESHOLDS == {"onboarding": 604800, "po:manager": 1.5}
+    assert given.ROWS == 100
+
+    assert conf.problems({"RADAR": {"PERCENTILE": 95}}) == [
+        "WORKFLOWS['RADAR']['PERCENTILE'] must be a number above 0 and at most 1"
+    ]
+    assert conf.problems({"RADAR": {"PERCENTILE": "0.95"}}) == [
+        "WORKFLOWS['RADAR']['PERCENTILE'] must be a number above 0 and at most 1"
+    ]
+    assert conf.problems({"RADAR": {"ROWS": 0}}) == ["WORKFLOWS['RADAR']['ROWS'] must be at least 1"]
+    (bad_value,) = conf.problems({"RADAR": {"THRESHOLDS": {"onboarding": -1}}})
+    (bad_key,) = conf.problems({"RADAR": {"THRESHOLDS": {" ": 60}}})
+    (not_a_dict,) = conf.problems({"RADAR": {"THRESHOLDS": [60]}})
+    assert "'THRESHOLDS'] holds a value that is not a number of seconds" in bad_value and "-1" not in bad_value
+    assert "'THRESHOLDS'] holds a key that is not" in bad_key
+    assert "'THRESHOLDS'] must be a dict" in not_a_dict
+
+    environ = {"WORKFLOWS_RADAR_PERCENTILE": "0.99", "WORKFLOWS_RADAR_THRESHOLDS": '{"onboarding": 604800}'}
+    assert conf.from_environment(environ)["RADAR"] == {"PERCENTILE": 0.99, "THRESHOLDS": {"onboarding": 604800}}
+    assert conf.problems({"RADAR": conf.from_environment({"WORKFLOWS_RADAR_THRESHOLDS": "{oops"})["RADAR"]}) == [
+        "WORKFLOWS['RADAR']['THRESHOLDS'] must be a dict of positions to seconds"
+    ]
+
+
+def test_the_old_ops_radar_setting_is_named_by_a_warning() -> None:
+    from workflows.checks import check_workflows_setting
+
+    assert [m.id for m in check_workflows_setting(None)] == []
+    with override_settings(OPS_RADAR={"ROWS": 5}):
+        (warning,) = check_workflows_setting(None)
+    assert warning.id == "workflows.W010" and "WORKFLOWS['RADAR']" in warning.msg
+
+
 def test_a_given_value_replaces_only_its_default() -> None:
     settings = conf.build({"EXECUTOR": {"LEASE_SECONDS": 60}})
 

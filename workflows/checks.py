@@ -19,11 +19,20 @@ INSTALL_HINT = "See docs/install.md, step 2."
 
 
 @register()
-def check_workflows_setting(app_configs: Any, **kwargs: Any) -> list[Error]:
-    return [
+def check_workflows_setting(app_configs: Any, **kwargs: Any) -> list[CheckMessage]:
+    found: list[CheckMessage] = [
         Error(problem, hint="See docs/operations.md for the WORKFLOWS keys and their minimums.", id="workflows.E001")
         for problem in conf.problems(getattr(settings, "WORKFLOWS", {}))
     ]
+    if getattr(settings, "OPS_RADAR", None) is not None:
+        found.append(
+            Warning(
+                "The OPS_RADAR setting is no longer read: the stuck-run radar's settings are WORKFLOWS['RADAR'].",
+                hint="Move its keys into WORKFLOWS['RADAR'] (docs/operations.md, 'The stuck-run radar').",
+                id="workflows.W010",
+            )
+        )
+    return found
 
 
 @register()

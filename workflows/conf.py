@@ -7,6 +7,7 @@ with a message that names the key.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -86,6 +87,19 @@ SPEC: dict[str, dict[str, tuple[Any, Any, type]]] = {
         "MAX_BATCHES_PER_TASK": (20, 1, int),
         "IDEMPOTENCY_KEYS_DAYS": (7, 1, int),
     },
+    # the stuck-run radar (/ops/radar/, docs/operations.md): a position's wait is "too long"
+    # past the PERCENTILE of its waits closed in the last WINDOW_DAYS (the latest SAMPLE of
+    # them), never below FLOOR_SECONDS; THRESHOLDS ("<definition id>:<step>" or a whole
+    # "<definition id>" -> seconds) win over both. ROWS: each list shows its most urgent rows
+    # and counts them all.
+    "RADAR": {
+        "PERCENTILE": (0.95, None, float),
+        "WINDOW_DAYS": (30, 1, int),
+        "SAMPLE": (1000, 1, int),
+        "FLOOR_SECONDS": (3600, 0, int),
+        "THRESHOLDS": ({}, None, dict),
+        "ROWS": (100, 1, int),
+    },
 }
 
 
@@ -111,6 +125,7 @@ class WorkflowSettings:
     SECURITY: Section
     SERVICES: Section
     RETENTION: Section
+    RADAR: Section
 
 
 def problems(raw: Any) -> list[str]:
@@ -141,6 +156,11 @@ def problems(raw: Any) -> list[str]:
                     found.append(f"WORKFLOWS[{section!r}][{key!r}] must be a string")
             elif kind is tuple:
                 found.extend(_network_problems(section, key, value))
+            elif kind is float:
+                if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+                    found.append(f"WORKFLOWS[{section!r}][{key!r}] must be a number above 0 and at most 1")
+            elif kind is dict:
+                found.extend(_threshold_problems(section, key, value))
             elif isinstance(value, bool) or not isinstance(value, kind):
                 found.append(f"WORKFLOWS[{section!r}][{key!r}] must be an integer")
             elif minimum is not None and value < minimum:
@@ -161,6 +181,19 @@ def _network_problems(section: str, key: str, value: Any) -> list[str]:
     return []
 
 
+def _threshold_problems(section: str, key: str, value: Any) -> list[str]:
+    if not isinstance(value, dict):
+        return [f"WORKFLOWS[{section!r}][{key!r}] must be a dict of positions to seconds"]
+    for position, seconds in value.items():
+        if not isinstance(position, str) or not position.strip():
+            return [
+                f"WORKFLOWS[{section!r}][{key!r}] holds a key that is not '<definition id>' or '<definition id>:<step>'"
+            ]
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            return [f"WORKFLOWS[{section!r}][{key!r}] holds a value that is not a number of seconds (0 or more)"]
+    return []
+
+
 def build(raw: Any) -> WorkflowSettings:
     found = problems(raw)
     if found:
@@ -172,6 +205,10 @@ def build(raw: Any) -> WorkflowSettings:
         for key, spec in keys.items():
             if spec[2] is tuple:
                 values[key] = tuple(values[key])
+            elif spec[2] is dict:
+                values[key] = dict(values[key])
+            elif spec[2] is float:
+                values[key] = float(values[key])
         sections[section] = Section(values)
     return WorkflowSettings(**sections)
 
@@ -206,6 +243,16 @@ def from_environment(environ: Any) -> dict[str, dict[str, Any]]:
                 value = raw
             elif kind is tuple:  # comma-separated
                 value = tuple(part.strip() for part in raw.split(",") if part.strip())
+            elif kind is float:
+                try:
+                    value = float(raw)
+                except ValueError:
+                    value = raw
+            elif kind is dict:  # JSON: WORKFLOWS_RADAR_THRESHOLDS='{"onboarding": 604800}'
+                try:
+                    value = json.loads(raw)
+                except ValueError:
+                    value = raw
             elif default is None and raw.strip().lower() in {"", "none", "off"}:
                 value = None
             else:

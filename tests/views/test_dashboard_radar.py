@@ -13,7 +13,7 @@ from django.contrib.auth.models import Permission
 from tests.engine import conftest as engine_fixtures
 from tests.engine import documents
 from tests.support import ops
-from workflows import operations
+from workflows import conf, operations
 from workflows.engine import db
 from workflows.models import Command, HistoryEntry, Run
 
@@ -21,6 +21,18 @@ deploy = engine_fixtures.deploy  # the engine tests' fixtures: load+publish+acti
 drain = engine_fixtures.drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _settings_reloaded() -> Any:
+    yield
+    conf.reload()  # the WORKFLOWS a test set is gone with it: drop the cached copy
+
+
+def _radar(settings: Any, values: dict[str, Any]) -> None:
+    """WORKFLOWS["RADAR"] for this test."""
+    settings.WORKFLOWS = {**getattr(settings, "WORKFLOWS", {}), "RADAR": values}
+    conf.reload()
 
 
 def rows(html: str, section: str) -> list[str]:
@@ -84,7 +96,7 @@ def test_lists_exactly_the_stuck_runs(client: Any, demo_users: Any, deploy: Any,
 def test_threshold_is_the_positions_95th_percentile_of_closed_waits(
     client: Any, demo_users: Any, deploy: Any, drain: Any, settings: Any
 ) -> None:
-    settings.OPS_RADAR = {"FLOOR_SECONDS": 60}
+    _radar(settings, {"FLOOR_SECONDS": 60})
     deploy(ops.ORDER)
     quick, slow = (operations.start(definition_id="order-signal", payload={"order": f"P-{i}"}).run_id for i in range(2))
     drain()
@@ -101,7 +113,7 @@ def test_threshold_is_the_positions_95th_percentile_of_closed_waits(
 def test_floor_applies_when_waits_are_usually_short(
     client: Any, demo_users: Any, deploy: Any, drain: Any, settings: Any
 ) -> None:
-    settings.OPS_RADAR = {"FLOOR_SECONDS": 600}
+    _radar(settings, {"FLOOR_SECONDS": 600})
     deploy(ops.ORDER)
     run_id = operations.start(definition_id="order-signal", payload={"order": "P-1"}).run_id
     drain()
@@ -115,7 +127,7 @@ def test_floor_applies_when_waits_are_usually_short(
 
 
 def test_configured_thresholds_win(client: Any, demo_users: Any, deploy: Any, drain: Any, settings: Any) -> None:
-    settings.OPS_RADAR = {"THRESHOLDS": {"order-signal:wait-payment": 30}}
+    _radar(settings, {"THRESHOLDS": {"order-signal:wait-payment": 30}})
     deploy(ops.ORDER)
     run_id = operations.start(definition_id="order-signal", payload={"order": "P-1"}).run_id
     drain()
@@ -330,7 +342,7 @@ def test_an_overdue_task_links_to_the_task_admins_overdue_list(
 def test_a_long_list_shows_its_most_urgent_rows_and_counts_them_all(
     client: Any, demo_users: Any, deploy: Any, settings: Any
 ) -> None:
-    settings.OPS_RADAR = {"ROWS": 2}
+    _radar(settings, {"ROWS": 2})
     deploy(ops.ORDER)
     dead = [operations.start(definition_id="order-signal", payload={"order": f"D-{i}"}).run_id for i in range(3)]
     for run_id in dead:
@@ -342,6 +354,6 @@ def test_a_long_list_shows_its_most_urgent_rows_and_counts_them_all(
     assert "Showing the 2 most urgent of 3. Act on these, then refresh for the next." in html
     assert "<strong>3</strong> items need attention" in html
 
-    settings.OPS_RADAR = {"ROWS": 3}
+    _radar(settings, {"ROWS": 3})
     html = radar(client)
     assert rows(html, "dead") == [str(r) for r in dead] and "most urgent of" not in html

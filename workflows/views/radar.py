@@ -4,10 +4,10 @@ Sections, each row linking to the run viewer and to the action that fixes it:
 
 - **Runs parked too long** — an open wait longer than its position's threshold: by default
   the 95th percentile of that position's waits closed in the last 30 days, never below a
-  floor of one hour. ``settings.OPS_RADAR`` changes it::
+  floor of one hour. ``WORKFLOWS["RADAR"]`` changes it::
 
-      OPS_RADAR = {"PERCENTILE": 0.95, "WINDOW_DAYS": 30, "FLOOR_SECONDS": 3600, "ROWS": 100,
-                   "THRESHOLDS": {"purchase-approval:manager": 3 * 86400, "onboarding": 7 * 86400}}
+      WORKFLOWS = {"RADAR": {"PERCENTILE": 0.95, "WINDOW_DAYS": 30, "FLOOR_SECONDS": 3600, "ROWS": 100,
+                   "THRESHOLDS": {"purchase-approval:manager": 3 * 86400, "onboarding": 7 * 86400}}}
 
   (``THRESHOLDS`` keys are ``<definition id>:<step>`` or a whole ``<definition id>``, seconds.
   ``ROWS``: each list shows its most urgent rows, and counts them all.)
@@ -34,7 +34,6 @@ import uuid
 from typing import Any
 from urllib.parse import urlencode
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -51,15 +50,6 @@ from workflows.access import Capability, page_requires
 from workflows.exceptions import WorkflowError
 from workflows.views.dashboard import duration, run_url, url_or_none
 
-RADAR_DEFAULTS: dict[str, Any] = {
-    "PERCENTILE": 0.95,
-    "WINDOW_DAYS": 30,
-    "SAMPLE": queries.RADAR_SAMPLE,
-    "FLOOR_SECONDS": 3600,
-    "THRESHOLDS": {},
-    # rows of each list on the page, most urgent first (the count is of them all)
-    "ROWS": queries.RADAR_LIMIT,
-}
 BULK_LIMIT = 500  # one confirmation touches at most this many runs
 ACTIONS = {
     "retry": (gettext_lazy("Retry"), Capability.RETRY),
@@ -68,7 +58,8 @@ ACTIONS = {
 
 
 def radar_settings() -> dict[str, Any]:
-    return {**RADAR_DEFAULTS, **(getattr(settings, "OPS_RADAR", None) or {})}
+    """``WORKFLOWS["RADAR"]`` (validated with the rest of ``WORKFLOWS``)."""
+    return dict(conf.get().RADAR.values)
 
 
 def _can(request: HttpRequest, capability: Capability) -> bool:

@@ -616,3 +616,30 @@ def test_position_counts_follow_every_park_opened_and_closed(revisions: None, dr
     assert migration.parked_by_version(definition_id="purchase-move") == {
         ("default", v): sum(n for _, _, n in counted_from_parks(v)) for v in (1, 2) if counted_from_parks(v)
     }
+
+
+@pytest.fixture
+def reserve_service() -> Any:
+    from workflows.definitions import catalogs
+
+    catalogs.callbacks.register("test.reserve", category="service")(lambda payload, headers: None)
+    yield
+    catalogs.callbacks.unregister("test.reserve", "service")
+
+
+def test_the_preview_says_what_entering_a_target_node_does_by_its_step_type(deploy: Any, reserve_service: None) -> None:
+    """Effects and run ends come from the step-type registry (``StepType.effect`` /
+    ``terminal``), not from a list of plan classes in the preview."""
+    from tests.engine import documents
+
+    deploy(documents.ORDER_SIGNAL)
+
+    def facts(node: str) -> dict[str, Any]:
+        return queries.migration_target_facts(scope="default", definition_id="order-signal", version=1, node=node)
+
+    assert facts("reserve") == {"type": "service", "node": "reserve", "effect": True}
+    assert facts("done") == {"type": "complete", "node": "done", "terminal": True}
+    assert facts("expired") == {"type": "fail", "node": "expired", "terminal": True}
+    waiting = facts("wait-payment")
+    assert waiting["signal"] == "paid" and "effect" not in waiting and "terminal" not in waiting
+    assert facts("no-such-node") == {"type": "missing"}

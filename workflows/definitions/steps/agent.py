@@ -57,4 +57,5 @@ STEP_TYPE = StepType(
     summary="ask a registered agent",
     shape="double-border",
     form_fields=callable_fields("agent", "agent"),
+    effect=True,
 )

@@ -201,6 +201,9 @@ class StepType:
     # the document's other names before anything else is compiled
     schemas: Callable[[Mapping[str, Any]], list[tuple[str, Mapping[str, Any] | None]]] = no_schemas
     terminal: bool = False  # the run ends here
+    # entering it runs an effect once (a call out, a mail, a script, a child run): the Migrate
+    # dialog's preview warns that a run moved onto it does that again
+    effect: bool = False
 
     @property
     def palette(self) -> str:

@@ -77,4 +77,5 @@ STEP_TYPE = StepType(
         NEXT_FIELD,
         FormField("onFailure", "On failure go to", "step"),
     ),
+    effect=True,
 )

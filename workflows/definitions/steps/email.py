@@ -62,4 +62,5 @@ STEP_TYPE = StepType(
         FormField("body", "Body", "longtemplate", "{{ state.x }} placeholders allowed.", "state"),
         NEXT_FIELD,
     ),
+    effect=True,
 )

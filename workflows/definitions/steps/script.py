@@ -57,4 +57,5 @@ STEP_TYPE = StepType(
     summary="run a registered script",
     shape="parallelogram",
     form_fields=callable_fields("script", "script"),
+    effect=True,
 )

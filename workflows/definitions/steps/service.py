@@ -88,4 +88,5 @@ STEP_TYPE = StepType(
         NEXT_FIELD,
         FormField("compensation", "Compensation step", "step", "The compensation step that undoes this service."),
     ),
+    effect=True,
 )

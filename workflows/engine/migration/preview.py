@@ -17,6 +17,7 @@ from django.db import transaction
 
 from workflows import conf
 from workflows.definitions import plan as p
+from workflows.definitions import steps
 from workflows.definitions.expressions import placeholders
 from workflows.definitions.plan import Plan
 from workflows.engine import db, sql
@@ -223,10 +224,12 @@ def describe_target(step: p.Step | None) -> dict[str, Any]:
         if step.timeout is not None:
             facts["timeout_seconds"] = step.timeout.delay.seconds
             facts["timeout_computed"] = step.timeout.delay.at is not None
-    elif isinstance(step, (p.ServiceStep, p.EmailStep, p.AgentStep, p.ScriptStep, p.CallStep)):
-        facts["effect"] = True  # entering it runs its effect once, as any fresh arrival does
-    elif isinstance(step, (p.CompleteStep, p.EndStep, p.FailStep)):
-        facts["terminal"] = True
+    else:
+        kind = steps.REGISTRY.get(step.type)
+        if kind is not None and kind.effect:
+            facts["effect"] = True  # entering it runs its effect once, as any fresh arrival does
+        elif kind is not None and kind.terminal:
+            facts["terminal"] = True
     return facts
 
 

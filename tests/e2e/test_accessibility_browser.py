@@ -223,3 +223,26 @@ def test_an_operator_applies_a_migration_by_keyboard_only(
     assert (record.status, record.created_by, record.reason) == ("DONE", "admin", "reviews now go to the managers")
     moved = Task.objects.filter(run_id__in=runs, status="OPEN")
     assert {t.step for t in moved} == {"manager-review"} and moved.count() == 2
+
+
+def test_a_refused_decision_opens_at_its_first_marked_field_on_a_phone(
+    page: Page, live_server: Any, demo_users: dict[str, Any]
+) -> None:
+    """The walk of a new user: a decision sent back with errors reloaded at the page's top, the
+    marked field a screen and a half below, nothing in sight saying what went wrong."""
+    task = _approval_task()
+    page.set_viewport_size({"width": 390, "height": 844})
+    _sign_in(page, live_server, "alice")
+    page.goto(f"{live_server.url}/tasks/{task.id}/")
+    page.get_by_label("Comment").fill("x" * 60)  # over the schema's maxLength of 50
+    with page.expect_navigation():
+        page.get_by_role("button", name="Approve", exact=True).click()
+
+    focused = page.evaluate(
+        """() => { const e = document.activeElement, box = e.getBoundingClientRect();
+                   return {name: e.getAttribute("name"), invalid: e.getAttribute("aria-invalid"),
+                           inView: box.top >= 0 && box.bottom <= window.innerHeight}; }"""
+    )
+    assert focused == {"name": "payload/comment", "invalid": "true", "inView": True}
+    assert page.locator("#" + page.evaluate("() => document.activeElement.id") + "-errors").is_visible()
+    assert Task.objects.get(pk=task.pk).status == "OPEN"  # nothing was recorded

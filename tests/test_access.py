@@ -245,6 +245,19 @@ def test_cancel_is_one_capability_in_the_api_the_run_viewer_and_the_radar(world:
     assert all(call(canceller).status_code != 403 for _, call in surfaces)
 
 
+def test_a_refused_page_is_one_warning_line_in_the_log(world: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    """An expected refusal is not an error: one "Forbidden" line, no traceback, the 403 page."""
+    run = world["ids"]["run"]
+    nobody = make_user("no-capability")
+    with caplog.at_level("WARNING", logger="django.request"):
+        pages = [_browser(nobody).get(path) for path in ("/runs/", f"/runs/{run}/", "/ops/radar/")]
+        radar = _browser(nobody).post("/ops/radar/bulk/", {"action": "cancel", "run": [run]})
+    assert [p.status_code for p in [*pages, radar]] == [403, 403, 403, 403]
+    logged = [r for r in caplog.records if r.name == "django.request"]
+    assert len(logged) == 4 and all(r.levelname == "WARNING" and r.exc_info is None for r in logged)
+    assert all(r.getMessage().startswith("Forbidden") for r in logged)
+
+
 def test_the_documented_matrix_is_the_enforced_one() -> None:
     from pathlib import Path
 

@@ -253,6 +253,17 @@ def refusal(capability: Capability) -> str:
     return f"this needs the {capability.value} capability (permission {MATRIX[capability].permissions[0]})"
 
 
+def forbidden(request: Any, capability: Capability) -> Any:
+    """The project's 403 page for a refused capability, as a response: Django logs it as one
+    "Forbidden" warning line. (Raised as ``PermissionDenied`` out of a view, the same refusal
+    is logged with a full traceback, an operator's log buried under expected refusals.)"""
+    from django.core.exceptions import PermissionDenied
+    from django.urls import get_resolver, get_urlconf
+
+    handler = get_resolver(get_urlconf()).resolve_error_handler(403)
+    return handler(request, exception=PermissionDenied(refusal(capability)))
+
+
 def capabilities(user: Any) -> set[Capability]:
     return {c for c in Capability if has(user, c)}
 
@@ -292,12 +303,10 @@ def page_requires(capability: Capability) -> Callable[[Callable[..., Any]], Call
     def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
         @wraps(view)
         def guarded(request: Any, *args: Any, **kwargs: Any) -> Any:
-            from django.core.exceptions import PermissionDenied
-
             if not getattr(request.user, "is_authenticated", False):
                 return _sign_in(request)
             if not has(request.user, capability):
-                raise PermissionDenied(refusal(capability))
+                return forbidden(request, capability)
             return view(request, *args, **kwargs)
 
         guarded.capability = capability  # type: ignore[attr-defined]  # the route test reads it

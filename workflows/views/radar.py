@@ -36,7 +36,6 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -235,7 +234,7 @@ def bulk(request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(reverse("ops:radar"))
     label, capability = ACTIONS[action]
     if not _can(request, capability):
-        raise PermissionDenied(access.refusal(capability))
+        return access.forbidden(request, capability)
     runs = queries.runs_for_action(run_ids=request.POST.getlist("run")[:BULK_LIMIT])
     if not runs:
         messages.error(request, _("Select at least one run first."))

@@ -260,7 +260,7 @@ def forbidden(request: Any, capability: Capability) -> Any:
     from django.core.exceptions import PermissionDenied
     from django.urls import get_resolver, get_urlconf
 
-    handler = get_resolver(get_urlconf()).resolve_error_handler(403)
+    handler: Callable[..., Any] = get_resolver(get_urlconf()).resolve_error_handler(403)
     return handler(request, exception=PermissionDenied(refusal(capability)))
 
 

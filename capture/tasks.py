@@ -20,7 +20,7 @@ def dispatch(capture_id: int) -> str:
     return dispatching.dispatch(int(capture_id))
 
 
-@shared_task(name="capture.sweep", ignore_result=True)
+@shared_task(name="capture.sweep", ignore_result=True, routine=True)  # quiet in the logs (workflows.tasks)
 def sweep() -> int:
     from capture import recording
 

@@ -135,7 +135,7 @@ def broker_settings() -> dict[str, Any]:
     for folder in (queue, processed, control):
         folder.mkdir(parents=True, exist_ok=True)
     return {
-        "broker_url": "filesystem://",
+        "broker_url": "filesystem://localhost//",  # a host named: kombu warns at each connection without one
         "broker_transport_options": {
             "data_folder_in": str(queue),
             "data_folder_out": str(queue),

@@ -270,8 +270,9 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_SERIALIZER = "json"
-CELERY_ACCEPT_CONTENT = ["json"]
+# JSON is Celery's default serializer and the only content it accepts: CELERY_TASK_SERIALIZER and
+# CELERY_ACCEPT_CONTENT are left out (under the CELERY namespace Celery reads them as its old
+# setting names and warns at every worker start)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "workflows-sweep": {"task": "workflows.sweep", "schedule": float(os.environ.get("SWEEP_INTERVAL_SECONDS", "2"))},

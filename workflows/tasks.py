@@ -79,7 +79,7 @@ def _deliver_claimed(claimed: list[dict]) -> None:
             log.warning("inline delivery of intent %s failed; the sweep will retry it", intent["id"], exc_info=True)
 
 
-@shared_task(name="workflows.sweep", ignore_result=True)
+@shared_task(name="workflows.sweep", ignore_result=True, routine=True)
 def sweep() -> int:
     close_old_connections()
     if not conf.get().EXECUTOR.ENABLED:
@@ -186,7 +186,7 @@ def retention() -> dict[str, int]:
     return result
 
 
-@shared_task(name="workflows.run_totals", ignore_result=True)
+@shared_task(name="workflows.run_totals", ignore_result=True, routine=True)
 def run_totals() -> str:
     close_old_connections()
     return operations.run_totals_refresh().isoformat()
@@ -225,8 +225,37 @@ def _write_carried_marks(**_: object) -> None:
         log.warning("delivered marks not written at shutdown", exc_info=True)
 
 
+class QuietRoutine(logging.Filter):
+    """Drops Celery's INFO lines about a routine task (one declared with ``routine=True``: the
+    sweeps the beat sends every two seconds, the dashboard's totals): beat's "Sending due task",
+    the worker's "received" and "succeeded" — six lines every two seconds that buried what
+    happened. A routine task's failure is logged at ERROR and stays; what a sweep recovers is
+    logged by the ``workflows`` loggers."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO:
+            return True
+        args = record.args
+        if isinstance(args, dict):  # the worker's "Task %(name)s[%(id)s] received / succeeded"
+            name = args.get("name")
+        elif isinstance(args, tuple) and len(args) == 2 and record.name == "celery.beat":
+            name = args[1]  # "Scheduler: Sending due task %s (%s)": the entry, the task
+        else:
+            return True
+        from celery import current_app
+
+        return not getattr(current_app.tasks.get(str(name)), "routine", False)
+
+
+ROUTINE_LOGGERS = ("celery.beat", "celery.worker.strategy", "celery.app.trace")
+
+
 def install() -> None:
     """Connect the engine's after-commit wake-ups to Celery (called from AppConfig.ready)."""
+    for name in ROUTINE_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, QuietRoutine) for f in logger.filters):
+            logger.addFilter(QuietRoutine())
     wakeups.set_notifier(_publish_runs, _publish_intents)
     bulk_ops.set_notifier(lambda operation_id: bulk_apply.delay(operation_id))
     migration.background.set_notifier(_publish_migrations)

@@ -26,8 +26,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def abandoned(client: Client, **rows: Any) -> MigrationRecord:
     """Preview, then leave the page: the record stays PREVIEWED with its runs frozen."""
     assert client.post(f"{DIALOG}preview/", form(**rows or {"review": ("end", "all")})).status_code == 200
-    record = MigrationRecord.objects.get(status="PREVIEWED")
-    return record
+    return MigrationRecord.objects.get(status="PREVIEWED")
 
 
 def test_the_dialog_lists_an_abandoned_preview_with_resume_and_discard(

@@ -24,6 +24,7 @@ from workflows.queries.history import (
 )
 from workflows.queries.migration import (
     migration_items,
+    migration_open_previews,
     migration_plan,
     migration_positions,
     migration_positions_by_revision,
@@ -131,6 +132,7 @@ __all__ = [
     "live_run_counts",
     "live_runs_about",
     "migration_items",
+    "migration_open_previews",
     "migration_plan",
     "migration_positions",
     "migration_positions_by_revision",

@@ -72,16 +72,33 @@ def runs_at_position(
     )
 
 
-def migration_records(*, scope: str | None = None, definition_id: str | None = None) -> QuerySet[Any]:
-    """Applied migration records, newest first (previews never applied are left out)."""
-    qs = MigrationRecord.objects.filter(
-        status__in=[MigrationRecordStatus.APPLYING, MigrationRecordStatus.DONE]
-    ).order_by("-created_at", "-id")
+def migration_records(
+    *, scope: str | None = None, definition_id: str | None = None, previews: bool = False
+) -> QuerySet[Any]:
+    """Migration records, newest first: the applied ones (the bulk API's list), or with
+    ``previews`` every record but the discarded ones (the records page: a preview never applied
+    still holds its runs frozen, so the page must show it, and paused or closed ones too)."""
+    if previews:
+        qs = MigrationRecord.objects.exclude(status=MigrationRecordStatus.DISCARDED)
+    else:
+        qs = MigrationRecord.objects.filter(status__in=[MigrationRecordStatus.APPLYING, MigrationRecordStatus.DONE])
+    qs = qs.order_by("-created_at", "-id")
     if scope is not None:
         qs = qs.filter(scope=scope)
     if definition_id is not None:
         qs = qs.filter(definition_id=definition_id)
     return qs
+
+
+def migration_open_previews(*, scope: str, definition_id: str) -> list[Any]:
+    """The previews of a definition in a scope that were neither applied nor discarded, newest
+    first: each holds its runs frozen, so no other preview can take them until it is applied
+    or discarded (the Migrate dialog lists them so a preview left behind is found again)."""
+    return list(
+        MigrationRecord.objects.filter(
+            scope=scope, definition_id=definition_id, status=MigrationRecordStatus.PREVIEWED
+        ).order_by("-created_at", "-id")
+    )
 
 
 def migration_record(*, record_id: Any) -> Any:

@@ -40,10 +40,10 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.safestring import mark_safe
-from django.utils.translation import gettext, gettext_lazy
+from django.utils.translation import gettext, gettext_lazy, ngettext
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
@@ -96,10 +96,17 @@ def _htmx(request: HttpRequest) -> bool:
 
 
 def _problem(
-    status: int, code: str, title: str, detail: str, violations: list[dict[str, str]] | None = None
+    status: int,
+    code: str,
+    title: str,
+    detail: str,
+    violations: list[dict[str, str]] | None = None,
+    links: list[dict[str, str]] | None = None,
 ) -> JsonResponse:
-    """A refusal for htmx: the body the API's problems have (value-free texts)."""
-    body = {
+    """A refusal for htmx: the body the API's problems have (value-free texts). ``links``
+    (``{href, title}``, paths of this site) are added only when there are any: pages to go to
+    about the refusal, which ``problems.js`` shows as links after the detail."""
+    body: dict[str, Any] = {
         "type": f"urn:switchyard:problem:{code.lower().replace('_', '-')}",
         "title": title,
         "status": status,
@@ -107,6 +114,8 @@ def _problem(
         "detail": detail,
         "violations": violations or [],
     }
+    if links:
+        body["links"] = links
     return JsonResponse(body, status=status, content_type=PROBLEM_CONTENT_TYPE)
 
 
@@ -205,7 +214,18 @@ def dialog(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse
     context = _dialog_context(scope, definition_id, source, target, revisions, by_revision)
     if _htmx(request) and request.headers.get("HX-Target") == "pair":
         return render(request, "workflows/migrate/_pair.html", {**context, "clear_result": True})
-    return render(request, "workflows/migrate/dialog.html", context)
+    return render(request, "workflows/migrate/dialog.html", {**context, **_open_previews(scope, definition_id)})
+
+
+def _open_previews(scope: str, definition_id: str, *, notice: str = "") -> dict[str, Any]:
+    """The previews of this workflow left neither applied nor discarded: their runs stay frozen
+    (a new preview of them is refused), so the dialog offers to resume or discard each."""
+    return {
+        "scope": scope,
+        "definition_id": definition_id,
+        "open_previews": queries.migration_open_previews(scope=scope, definition_id=definition_id),
+        "open_previews_notice": notice,
+    }
 
 
 def _dialog_context(
@@ -478,12 +498,20 @@ def preview(request: HttpRequest, scope: str, definition_id: str) -> HttpRespons
             409,
             error.code,
             _("The selected runs are in another migration"),
-            _(
+            ngettext(
+                "%(runs)s of the selected runs is frozen in migration #%(record)s, which is not over "
+                "(%(status)s). A run belongs to one open migration at a time: apply or discard that preview, "
+                "or close that migration, first. Nothing was frozen.",
                 "%(runs)s of the selected runs are frozen in migration #%(record)s, which is not over "
                 "(%(status)s). A run belongs to one open migration at a time: apply or discard that preview, "
-                "or close that migration, first. Nothing was frozen."
+                "or close that migration, first. Nothing was frozen.",
+                error.runs,
             )
             % {"runs": error.runs, "record": error.record_id, "status": _record_state(error.record_status)},
+            link={
+                "href": reverse("workflows:migrate:record", args=[error.record_id]),
+                "title": _("Open migration #%(record)s") % {"record": error.record_id},
+            },
         )
     except InvalidPayload as error:
         return _refuse(request, 422, "INVALID_PAYLOAD", _("The selection could not be frozen"), _violations(error))
@@ -641,14 +669,14 @@ def _status_of(record_id: int) -> str:
 
 
 RECORD_STATES = {
-    "PREVIEWED": "previewed, not applied",
-    "APPLYING": "being applied",
-    "PAUSED": "paused",
+    "PREVIEWED": gettext_lazy("previewed, not applied"),
+    "APPLYING": gettext_lazy("being applied"),
+    "PAUSED": gettext_lazy("paused"),
 }
 
 
 def _record_state(status: str) -> str:
-    return _(RECORD_STATES.get(status, status.lower()))
+    return str(RECORD_STATES.get(status, status.lower()))
 
 
 @migrate_required
@@ -775,20 +803,42 @@ def _outcome_counts(state: Any) -> list[tuple[Any, int, str]]:
 @migrate_required
 @require_POST
 def discard(request: HttpRequest, record_id: int) -> HttpResponse:
-    operations.migration_discard(record_id=record_id)
-    return _message(request, _("The preview was discarded. Nothing was changed."), tone="info")
+    """Discard a preview. From the dialog's list of open previews (``on=dialog``) the answer is
+    that list drawn again (htmx), or the dialog itself (a redirect, without JavaScript)."""
+    if request.GET.get("on") != "dialog":
+        operations.migration_discard(record_id=record_id)
+        return _message(request, _("The preview was discarded. Nothing was changed."), tone="info")
+    try:
+        rec = queries.migration_record(record_id=record_id)
+    except MigrationIllegalState:
+        raise Http404("no such migration") from None
+    if operations.migration_discard(record_id=record_id):
+        notice = _("Migration #%(record)s was discarded: its runs are free for a new preview.") % {"record": rec.id}
+    else:
+        notice = _("Migration #%(record)s was no longer a preview; nothing was discarded.") % {"record": rec.id}
+    if not _htmx(request):
+        dialog_url = reverse("workflows:migrate:dialog", args=[rec.scope, rec.definition_id])
+        return redirect(f"{dialog_url}?source={rec.source_version}&target={rec.target_version}")
+    return render(
+        request, "workflows/migrate/_open_previews.html", _open_previews(rec.scope, rec.definition_id, notice=notice)
+    )
 
 
-def _message(request: HttpRequest, text: str, *, status: int = 200, tone: str = "info") -> HttpResponse:
-    return render(request, "workflows/migrate/_message.html", {"text": text, "tone": tone}, status=status)
+def _message(
+    request: HttpRequest, text: str, *, status: int = 200, tone: str = "info", link: dict[str, str] | None = None
+) -> HttpResponse:
+    return render(request, "workflows/migrate/_message.html", {"text": text, "tone": tone, "link": link}, status=status)
 
 
-def _refuse(request: HttpRequest, status: int, code: str, title: str, text: str) -> HttpResponse:
+def _refuse(
+    request: HttpRequest, status: int, code: str, title: str, text: str, *, link: dict[str, str] | None = None
+) -> HttpResponse:
     """A refusal: problem+json for htmx (swapped nowhere, shown in the control's alert region),
-    the error message fragment otherwise."""
+    the error message fragment otherwise. ``link`` (``{href, title}``): the page about what
+    blocked it (a migration holding the runs), shown after the text."""
     if _htmx(request):
-        return _problem(status, code, title, text)
-    return _message(request, text, status=status, tone="error")
+        return _problem(status, code, title, text, links=[link] if link else None)
+    return _message(request, text, status=status, tone="error", link=link)
 
 
 # --- records ---------------------------------------------------------------------------------
@@ -797,9 +847,8 @@ def _refuse(request: HttpRequest, status: int, code: str, title: str, text: str)
 @migrate_required
 @require_GET
 def records(request: HttpRequest, scope: str, definition_id: str) -> HttpResponse:
-    page = Paginator(queries.migration_records(scope=scope, definition_id=definition_id), 50).get_page(
-        request.GET.get("page")
-    )
+    records = queries.migration_records(scope=scope, definition_id=definition_id, previews=True)
+    page = Paginator(records, 50).get_page(request.GET.get("page"))
     return render(
         request,
         "workflows/migrate/records.html",
@@ -853,6 +902,8 @@ def record(request: HttpRequest, record_id: int) -> HttpResponse:
             "action_labels": ACTION_LABELS,
             "kind_labels": KIND_LABELS,
             "urls": _urls(rec.scope, rec.definition_id, rec.id),
+            # a preview left behind is applied (or discarded) here, as it was in the dialog
+            "preview": _preview_context(rec) if rec.status == "PREVIEWED" else None,
         },
     )
 

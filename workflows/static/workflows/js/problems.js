@@ -18,6 +18,9 @@
 //   marks that field aria-invalid, so the row at fault is marked too.
 // - htmx:beforeRequest empties the region and the marks, so a message never outlives the next
 //   request.
+// - A problem may carry links: [{href, title}] to pages about the refusal (the migration that
+//   holds the runs, say); only paths of this site ("/…", never "//…") are shown, as links after
+//   the detail.
 // Texts come from the answer: they are set with textContent only, never parsed as HTML.
 (function () {
   "use strict";
@@ -114,6 +117,18 @@
     box.setAttribute("data-status", String(problem.status || 0));
     box.appendChild(paragraph("problem-title", problem.title));
     if (problem.detail) box.appendChild(paragraph("problem-detail", problem.detail));
+    var links = Array.isArray(problem.links) ? problem.links : [];
+    links.forEach(function (link) {
+      var href = link && typeof link.href === "string" ? link.href : "";
+      if (href.charAt(0) !== "/" || href.charAt(1) === "/" || href.charAt(1) === "\\" || !link.title) return;
+      var p = document.createElement("p");
+      p.className = "problem-link";
+      var a = document.createElement("a");
+      a.href = href;
+      a.textContent = String(link.title);
+      p.appendChild(a);
+      box.appendChild(p);
+    });
     var violations = Array.isArray(problem.violations) ? problem.violations : [];
     fields(elt, violations).forEach(function (field) {
       field.setAttribute("aria-invalid", "true");

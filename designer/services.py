@@ -499,13 +499,39 @@ def _replaced_version(scope: str, definition_id: str) -> int | None:
     return None
 
 
+class UnchangedDocument(WorkflowError):
+    """The document is the revision the scope already runs: deploying it would mint a copy."""
+
+    code = "UNCHANGED"
+    status = 409
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"the document is the same as version {version}, which the scope already runs")
+        self.version = version
+
+
+def _runs_already(text: str, scope: str, definition_id: str, version: int) -> bool:
+    """Whether ``text`` is the stored document of that version but for ``definitionVersion``
+    (comments, spacing, key order and the stored format do not count)."""
+    try:
+        stored, stored_format = queries.definition_text(scope=scope, definition_id=definition_id, version=version)
+        left, right = dict(parse(text, "yaml").data), dict(parse(stored, stored_format).data)
+    except WorkflowError:
+        return False
+    left.pop("definitionVersion", None)
+    right.pop("definitionVersion", None)
+    return left == right
+
+
 def deploy(*, scope: str, text: str, username: str = "") -> Deployed:
     """Validate, mint the next version of the scope, load, publish and activate it.
 
     Raises ``DefinitionError`` with every problem when the text does not compile (nothing is
     stored), and the lifecycle's typed errors otherwise (CONTRACT_MISMATCH, ...). A load that
     finds its minted version taken by a concurrent deploy mints again. A publication that
-    fails leaves the loaded version a CANDIDATE (the next deploy mints past it).
+    fails leaves the loaded version a CANDIDATE (the next deploy mints past it). A document
+    that is the version the scope already runs (but for its ``definitionVersion``) is refused
+    with UNCHANGED: nothing is minted (an older version's document is deployed: that is a revert).
     """
     found = check(text)
     if found.plan is None:
@@ -516,6 +542,8 @@ def deploy(*, scope: str, text: str, username: str = "") -> Deployed:
         )
     definition_id = found.plan.definition_id
     replaced = _replaced_version(scope, definition_id)
+    if replaced is not None and _runs_already(text, scope, definition_id, replaced):
+        raise UnchangedDocument(replaced)  # nothing to deploy: no new version, nothing activated
     metadata = {"source_type": "designer", "source_author": username[:255]}
     record = None
     for attempt in range(DEPLOY_ATTEMPTS):

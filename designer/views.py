@@ -380,6 +380,17 @@ def deploy(request: HttpRequest) -> HttpResponse:
             deploy_error=_("Not deployed (%(code)s): %(message)s") % {"code": error.code, "message": error.message},
             **editor,
         )
+    except services.UnchangedDocument as unchanged:
+        return _editor(
+            request,
+            status=409,
+            deploy_error=_(
+                "Nothing deployed: this document is version %(version)s, which scope %(scope)s already runs. "
+                "Change it first."
+            )
+            % {"version": unchanged.version, "scope": scope},
+            **editor,
+        )
     except WorkflowError as error:
         return _editor(
             request,

@@ -334,6 +334,27 @@ def test_deploy_without_parked_runs_goes_to_the_workflow_page(author: Client) ->
     assert response["Location"] == "/designer/default/approval/"
 
 
+def test_deploying_the_document_the_scope_already_runs_mints_nothing(author: Client) -> None:
+    """A new user deployed an unchanged document and got version 2, a copy, without a word."""
+    first = author.post("/designer/deploy/", {"text": APPROVAL, "scope": "default"})
+    assert first.status_code == 302
+    # the same document: another version number, a comment and the key order do not count
+    same = APPROVAL.replace("definitionVersion: 1", "definitionVersion: 7") + "\n# a comment\n"
+    refused = author.post("/designer/deploy/", {"text": same, "scope": "default"})
+    assert refused.status_code == 409
+    page = refused.content.decode()
+    assert "Nothing deployed: this document is version 1, which scope default already runs." in page
+    assert "# a comment" in page  # the text stays in the editor
+    assert list(DefinitionVersion.objects.values_list("version", flat=True)) == [1]
+    # a change deploys; deploying version 1's document again is a revert, and deploys too
+    assert (
+        author.post("/designer/deploy/", {"text": APPROVAL.replace("Total", "Sum"), "scope": "default"}).status_code
+        == 302
+    )
+    assert author.post("/designer/deploy/", {"text": APPROVAL, "scope": "default"}).status_code == 302
+    assert sorted(DefinitionVersion.objects.values_list("version", flat=True)) == [1, 2, 3]
+
+
 def test_without_javascript_check_now_answers_the_whole_editor(viewer: Client) -> None:
     broken = APPROVAL.replace("initialStep: review", "initialStep: nowhere")
     page = viewer.post("/designer/check/", {"text": broken, "scope": "default"}).content.decode()

@@ -302,7 +302,7 @@ def test_cancel_asks_for_confirmation_listing_what_it_ends(waiting_run: Run) -> 
     words = text(confirm)
     assert "This cannot be undone." in words
     assert "1 open approval" in words and "Approve P-9" in words
-    assert "1 timer" in words and "due at review" in words
+    assert "1 timer" in words and "Due at review" in words  # the timer kind in words
     assert "0 called runs" in words
     assert Run.objects.get(pk=waiting_run.id).status == "WAITING"  # asking changes nothing
 

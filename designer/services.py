@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import yaml
@@ -45,6 +45,9 @@ from workflows.definitions.steps import exits
 from workflows.exceptions import DefinitionError, LifecycleError, Violation, WorkflowError
 from workflows.presentation.graph import render_svg
 
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
 LIBRARY = Path(__file__).resolve().parent / "templates_library"
 DEPLOY_ATTEMPTS = 3  # a concurrent deploy can take the minted version first: mint again
 STEP_ID = re.compile(r"^[A-Za-z0-9_.$-]{1,255}$")
@@ -56,24 +59,34 @@ STEP_ID = re.compile(r"^[A-Za-z0-9_.$-]{1,255}$")
 @dataclass(frozen=True)
 class Template:
     slug: str
-    title: str
-    summary: str
+    title: StrOrPromise  # translated (gettext_lazy): the gallery speaks the reader's language
+    summary: StrOrPromise
 
 
 TEMPLATES: tuple[Template, ...] = (
-    Template("approval", "Approval", "One approver from a group approves or rejects a request."),
+    Template(
+        "approval", gettext_lazy("Approval"), gettext_lazy("One approver from a group approves or rejects a request.")
+    ),
     Template(
         "approval-with-escalation",
-        "Approval with escalation",
-        "Approvers have two days, reminded daily; overdue requests go to managers.",
+        gettext_lazy("Approval with escalation"),
+        gettext_lazy("Approvers have two days, reminded daily; overdue requests go to managers."),
     ),
-    Template("parallel-reviews", "Parallel reviews", "Legal and finance review at the same time (fork and join)."),
+    Template(
+        "parallel-reviews",
+        gettext_lazy("Parallel reviews"),
+        gettext_lazy("Legal and finance review at the same time (fork and join)."),
+    ),
     Template(
         "purchase-order-review",
-        "Record-triggered review",
-        "Saving a demo purchase order over 1000 starts a review of it.",
+        gettext_lazy("Record-triggered review"),
+        gettext_lazy("Saving a demo purchase order over 1000 starts a review of it."),
     ),
-    Template("saga", "Saga with compensation", "Reserve stock, then charge; a later failure undoes both."),
+    Template(
+        "saga",
+        gettext_lazy("Saga with compensation"),
+        gettext_lazy("Reserve stock, then charge; a later failure undoes both."),
+    ),
 )
 
 

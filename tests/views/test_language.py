@@ -109,3 +109,82 @@ def test_status_codes_are_shown_in_the_readers_words(demo_users: dict[str, Any])
     assert '<option value="decisions">Entscheidungen</option>' in page
     english = _client(demo_users["admin"], "en").get("/runs/").content.decode()
     assert '<span class="chip chip-waiting">Waiting</span>' in english
+
+
+def test_the_run_viewer_says_statuses_kinds_and_timers_in_german(demo_users: dict[str, Any]) -> None:
+    """Status badges, the kind of wait, the assignment and timer names are words; codes stay in attributes."""
+    task = _task()
+    admin = _client(demo_users["admin"], GERMAN)
+    page = admin.get(f"/runs/{task.run_id}/").content.decode()
+    assert '<span class="chip chip-open" data-status="OPEN">Offen</span>' in page
+    assert 'data-status="COMPLETE">Erledigt</span>' in page  # the START command
+    assert '<td data-kind="TASK">Aufgabe</td>' in page  # where it waited: a task
+    assert "Gruppe approvers zugewiesen" in page  # the card and the timeline say the same
+    assert "zugewiesen an group" not in page and "assigned to" not in page
+    for english in (">OPEN<", ">COMPLETE<", ">PENDING<", "<td>task</td>", ">human task<", ">complete<", ">now<"):
+        assert english not in page, english
+    # the graph: step types and the current-position marker
+    assert ">Benutzeraufgabe</text>" in page and ">Abschluss</text>" in page and ">jetzt</text>" in page
+    assert task.title in page  # the author's words stay as written
+
+    english = _client(demo_users["admin"], "en").get(f"/runs/{task.run_id}/").content.decode()
+    assert '<span class="chip chip-open" data-status="OPEN">Open</span>' in english
+    assert ">human task</text>" in english and ">complete</text>" in english and ">now</text>" in english
+    assert "assigned to group approvers" in english and "Offen" not in english
+
+
+def test_timer_names_on_the_run_viewer_are_german(demo_users: dict[str, Any]) -> None:
+    from tests.views.test_run_viewer import APPROVAL as DUE_APPROVAL
+    from tests.views.test_run_viewer import deploy as deploy_viewer
+    from tests.views.test_run_viewer import drain as drain_viewer
+
+    deploy_viewer(DUE_APPROVAL)
+    run_id = operations.start(definition_id="viewer-approval", payload={"number": "P-9"}).run_id
+    drain_viewer()
+    page = _client(demo_users["admin"], GERMAN).get(f"/runs/{run_id}/").content.decode()
+    assert "Fällig bei <strong>review</strong>" in page
+    assert 'data-status="PENDING">Ausstehend</span>' in page
+    assert ">Fehlschlag</text>" in page  # the fail step's type in the graph
+    english = _client(demo_users["admin"], "en").get(f"/runs/{run_id}/").content.decode()
+    assert "Due at <strong>review</strong>" in english and ">fail</text>" in english
+
+
+def test_the_migrate_dialog_is_german(demo_users: dict[str, Any]) -> None:
+    from tests.engine.test_migration import REVISION_1, REVISION_2
+    from workflows import definitions
+
+    for text, activate in ((REVISION_1, True), (REVISION_2, False)):
+        ref = definitions.load(scope="default", text=text, format="yaml")
+        definitions.publish(scope="default", definition_id=ref.definition_id, version=ref.version)
+        if activate:
+            definitions.activate(
+                scope="default", definition_id=ref.definition_id, version=ref.version, target_scope="default"
+            )
+    run_id = operations.start(definition_id="purchase-move", payload={"route": "review"}, business_key="R-1").run_id
+    drain(run_id)
+    dialog = "/migrate/default/purchase-move/"
+    page = _client(demo_users["admin"], GERMAN).get(dialog).content.decode()
+    for text in ("Vorschau</button>", "älteste seit", "Was mit den bei review ausgewählten Läufen geschehen soll"):
+        assert text in page, text
+    assert ">Benutzeraufgabe</text>" in page
+    for english in (">Preview<", "oldest since", "What to do with the runs", ">human task<", ">complete<"):
+        assert english not in page, english
+
+    english = _client(demo_users["admin"], "en").get(dialog).content.decode()
+    assert ">Preview</button>" in english and "oldest since" in english
+    assert "What to do with the runs selected at review" in english and ">human task</text>" in english
+
+
+def test_the_designer_is_german(demo_users: dict[str, Any]) -> None:
+    deploy(documents.APPROVAL)
+    admin = _client(demo_users["admin"], GERMAN)
+    listing = admin.get("/designer/").content.decode()
+    assert "v1 verfügbar · aktuell" in " ".join(listing.split())
+    for text in ("Genehmigung mit Eskalation", "Saga mit Kompensation", "Parallele Prüfungen"):
+        assert text in listing, text
+    for english in ("v1 available", "Approval with escalation", "Reserve stock, then charge"):
+        assert english not in listing, english
+
+    english = _client(demo_users["admin"], "en").get("/designer/").content.decode()
+    assert "v1 available · current" in " ".join(english.split())
+    assert "Approval with escalation" in english and "Saga with compensation" in english

@@ -210,8 +210,11 @@ def test_the_queue_open_tasks_timers_and_parks_are_listed(waiting_run: Run) -> N
     words = text(page)
     assert "Approve P-9" in words and "assigned to group approvers" in words
     assert "Due at review" in words  # the armed due-date timer
-    assert "START COMPLETE" in words and "TIMER due PENDING" in words
-    assert "review viewer-approval v1 task" in words and "still here" in words
+    # codes in words (translated), the codes themselves in data attributes for scripts
+    assert "Start Complete" in words and "Timer Due Pending" in words
+    assert "review viewer-approval v1 Task" in words and "still here" in words
+    assert 'data-kind="TIMER">Timer <span class="muted" data-timer-kind="DUE">Due</span>' in page.content.decode()
+    assert 'data-status="PENDING">Pending</span>' in page.content.decode()
     assert 'class="wfg-node wfg-node-human-task wfg-visited wfg-current" data-step="review"' in page.content.decode()
 
 
@@ -299,7 +302,7 @@ def test_cancel_asks_for_confirmation_listing_what_it_ends(waiting_run: Run) -> 
     words = text(confirm)
     assert "This cannot be undone." in words
     assert "1 open approval" in words and "Approve P-9" in words
-    assert "1 timer" in words and "due at review" in words
+    assert "1 timer" in words and "Due at review" in words  # the timer kind in words
     assert "0 called runs" in words
     assert Run.objects.get(pk=waiting_run.id).status == "WAITING"  # asking changes nothing
 

@@ -483,7 +483,7 @@ def render_svg(
         (marker, marker, marker[:1].upper() + marker[1:])
         if marker
         else (
-            "now",
+            _("now"),
             _("current position"),
             _("Current position"),
         )
@@ -551,7 +551,7 @@ def render_svg(
             classes.append("wfg-visited")
         if sid in current:
             classes.append("wfg-current")
-        kind = REGISTRY[node.type].label if node.type in REGISTRY else node.type
+        kind = str(REGISTRY[node.type].label) if node.type in REGISTRY else node.type
         tip = [f"{sid} ({kind})"]
         if sid in current:
             tip.append(now_tip)

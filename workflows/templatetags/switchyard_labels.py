@@ -13,12 +13,28 @@ from typing import Any
 from django import template
 from django.db import models
 
-from workflows.models import CommandKind, CommandStatus, ParkKind, RunStatus, TaskStatus
+from workflows.models import (
+    CommandKind,
+    CommandStatus,
+    DefinitionStatus,
+    ParkKind,
+    RunStatus,
+    TaskStatus,
+    TimerKind,
+)
 
 register = template.Library()
 
 # the first that knows a code names it (a code shared by two, PENDING say, has one word in both)
-CHOICES: tuple[type[models.TextChoices], ...] = (RunStatus, CommandStatus, TaskStatus, CommandKind, ParkKind)
+CHOICES: tuple[type[models.TextChoices], ...] = (
+    RunStatus,
+    CommandStatus,
+    TaskStatus,
+    CommandKind,
+    ParkKind,
+    TimerKind,
+    DefinitionStatus,
+)
 
 
 @register.filter

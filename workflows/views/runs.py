@@ -276,6 +276,15 @@ def change_rows(before: Any, after: Any, patch: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def _assigned(mode: str, value: str) -> str:
+    """The timeline's assignment line, the mode in words as on the task card ("assigned to group x")."""
+    if mode == "group":
+        return _("assigned to group %(group)s") % {"group": value}
+    if mode == "user":
+        return _("assigned to user %(name)s") % {"name": value}
+    return (_("assigned to %(mode)s %(value)s") % {"mode": mode, "value": value}).strip()
+
+
 def _details(entry: HistoryEntry) -> dict[str, Any]:
     """What a timeline row says about an entry besides its type, step and actor."""
     payload = entry.payload if isinstance(entry.payload, dict) else None
@@ -295,9 +304,7 @@ def _details(entry: HistoryEntry) -> dict[str, Any]:
                 info["lines"].append(f"{key}: {_compact(payload[key], 80)}")
         if "assignment" in payload and isinstance(payload["assignment"], dict):
             a = payload["assignment"]
-            info["lines"].append(
-                (_("assigned to %(mode)s %(value)s") % {"mode": a.get("mode", ""), "value": a.get("value", "")}).strip()
-            )
+            info["lines"].append(_assigned(str(a.get("mode", "")), str(a.get("value", ""))))
         if "payload" in payload:
             info["lines"].append(f"payload: {_compact(payload['payload'])}")
             info["full"] = _pretty(payload["payload"])

@@ -68,7 +68,7 @@
   document.addEventListener("DOMContentLoaded", function () {
     var t = textarea();
     if (t && window.SwitchyardEditor) {
-      var ed = window.SwitchyardEditor.attach(t, { label: "Definition document (YAML)" });
+      var ed = window.SwitchyardEditor.attach(t, { label: t.getAttribute("aria-label") || "Definition document (YAML)" });
       // axe-core counts a tabindex, not contenteditable, as focusable: the editor's scroller
       // would otherwise be reported as a scrolling region the keyboard cannot reach
       ed.view.contentDOM.tabIndex = 0;

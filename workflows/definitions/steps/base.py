@@ -17,11 +17,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from django.utils.functional import lazy
+
 from workflows.definitions import catalogs
 from workflows.definitions.names import echo
 from workflows.definitions.reading import Checker, StepReader
 
 if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
     from workflows.definitions.compiler import Build
     from workflows.definitions.plan import Contract
 
@@ -190,8 +194,9 @@ class StepType:
     optional: tuple[str, ...]
     exits: Callable[[Mapping[str, Any]], list[Exit]]  # of a normalised step (or a raw one)
     compile: StepCompiler
-    label: str  # the type in words (the graph's node text, the designer's palette)
-    summary: str  # what it does, for the designer's palette
+    # translated at use (gettext_lazy): the pages show them in the reader's language
+    label: StrOrPromise  # the type in words (the graph's node text, the designer's palette)
+    summary: StrOrPromise  # what it does, for the designer's palette
     shape: str  # the graph's outline (see workflows.presentation.graph)
     form_fields: tuple[FormField, ...]  # the designer's step form
     aliases: Mapping[str, str] = field(default_factory=dict)  # the reference's other spellings
@@ -206,9 +211,17 @@ class StepType:
     effect: bool = False
 
     @property
-    def palette(self) -> str:
-        """The designer's choice text: ``Signal wait — wait for a signal``."""
-        return f"{self.label[:1].upper()}{self.label[1:]} — {self.summary}"
+    def palette(self) -> StrOrPromise:
+        """The designer's choice text: ``Signal wait — wait for a signal`` (lazy: in the reader's language)."""
+        return _palette(self.label, self.summary)
+
+
+def _palette_text(label: StrOrPromise, summary: StrOrPromise) -> str:
+    text = str(label)
+    return f"{text[:1].upper()}{text[1:]} — {summary}"
+
+
+_palette = lazy(_palette_text, str)
 
 
 # --- helpers several step types share -------------------------------------------------------------

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy, pgettext_lazy
+
 from workflows.definitions.reading import Checker
 from workflows.definitions.steps.base import (
     NEXT_FIELD,
@@ -66,8 +68,8 @@ STEP_TYPE = StepType(
     optional=("version", "payloadMapper", "payload", "set", "onFailure"),
     exits=failure_exits,
     compile=compile,
-    label="call",
-    summary="run another workflow",
+    label=pgettext_lazy("step type", "call"),
+    summary=gettext_lazy("run another workflow"),
     shape="subroutine",
     form_fields=(
         FormField("definitionId", "Workflow to call", help="The definition id of the child workflow.", required=True),

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy, pgettext_lazy
+
 from workflows.definitions.reading import Checker
 from workflows.definitions.steps.base import (
     V_STATE,
@@ -59,8 +61,8 @@ STEP_TYPE = StepType(
     optional=("payloadMapper", "payload"),
     exits=no_exits,
     compile=compile,
-    label="compensation",
-    summary="undo a service",
+    label=pgettext_lazy("step type", "compensation"),
+    summary=gettext_lazy("undo a service"),
     shape="dashed",
     form_fields=(
         FormField("forwardStep", "Undoes service step", "step", required=True),

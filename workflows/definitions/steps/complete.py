@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy, pgettext_lazy
+
 from workflows.definitions.reading import Checker
 from workflows.definitions.steps.base import Step, StepType, no_exits
 
@@ -35,8 +37,8 @@ STEP_TYPE = StepType(
     optional=(),
     exits=no_exits,
     compile=compile,
-    label="complete",
-    summary="end successfully",
+    label=pgettext_lazy("step type", "complete"),
+    summary=gettext_lazy("end successfully"),
     shape="pill",
     form_fields=(),
     terminal=True,

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy, pgettext_lazy
+
 from workflows.definitions.reading import Checker
 from workflows.definitions.steps.base import (
     V_STATE,
@@ -118,8 +120,8 @@ STEP_TYPE = StepType(
     optional=(),
     exits=exits,
     compile=compile,
-    label="decision",
-    summary="route on a condition",
+    label=pgettext_lazy("step type", "decision"),
+    summary=gettext_lazy("route on a condition"),
     shape="diamond",
     form_fields=(
         FormField("default", "Otherwise go to", "step", "Where a run goes when no route holds.", required=True),

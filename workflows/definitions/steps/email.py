@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy, pgettext_lazy
+
 from workflows.definitions.reading import Checker
 from workflows.definitions.steps.base import NEXT_FIELD, V_STATE, Computation, FormField, Step, StepType, next_exits
 
@@ -53,8 +55,8 @@ STEP_TYPE = StepType(
     optional=("body",),
     exits=next_exits,
     compile=compile,
-    label="email",
-    summary="send a message",
+    label=pgettext_lazy("step type", "email"),
+    summary=gettext_lazy("send a message"),
     shape="envelope",
     form_fields=(
         FormField("to", "To (CEL)", "cel", "An address or a list of addresses, from state.", "state", required=True),

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy, pgettext_lazy
+
 from workflows.definitions.reading import Checker
 from workflows.definitions.steps.base import FormField, Step, StepType, no_exits
 
@@ -37,8 +39,8 @@ STEP_TYPE = StepType(
     optional=("reason",),
     exits=no_exits,
     compile=compile,
-    label="end",
-    summary="terminate the run",
+    label=pgettext_lazy("step type", "end"),
+    summary=gettext_lazy("terminate the run"),
     shape="double-pill",
     form_fields=(FormField("reason", "Reason", help="Why the run ends here (optional)."),),
     terminal=True,

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy, pgettext_lazy
+
 from workflows.definitions.reading import Checker
 from workflows.definitions.steps.base import V_STATE, Computation, FormField, Step, StepType, no_exits
 
@@ -53,8 +55,8 @@ STEP_TYPE = StepType(
     optional=("errorType", "message", "messageFactory"),
     exits=no_exits,
     compile=compile,
-    label="fail",
-    summary="end as failed",
+    label=pgettext_lazy("step type", "fail"),
+    summary=gettext_lazy("end as failed"),
     shape="octagon",
     form_fields=(
         FormField("errorType", "Error type", help="A short code for the failure, for example request-rejected."),

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy, pgettext_lazy
+
 from workflows.definitions.reading import Checker
 from workflows.definitions.steps.base import Exit, FormField, Step, StepType, target
 
@@ -67,8 +69,8 @@ STEP_TYPE = StepType(
     optional=("retryPolicy",),
     exits=exits,
     compile=compile,
-    label="fork",
-    summary="start parallel branches",
+    label=pgettext_lazy("step type", "fork"),
+    summary=gettext_lazy("start parallel branches"),
     shape="fork",
     form_fields=(
         FormField(

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy, pgettext_lazy
+
 from workflows.definitions.names import echo
 from workflows.definitions.reading import Checker
 from workflows.definitions.steps.base import (
@@ -241,8 +243,8 @@ STEP_TYPE = StepType(
     exits=exits,
     compile=compile,
     schemas=schemas,
-    label="human task",
-    summary="a person decides",
+    label=pgettext_lazy("step type", "human task"),
+    summary=gettext_lazy("a person decides"),
     shape="banded",
     form_fields=(
         FormField("title", "Title", "template", "Shown to the assignee; {{ state.x }} placeholders allowed.", "state"),

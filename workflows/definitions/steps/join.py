@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy, pgettext_lazy
+
 from workflows.definitions.reading import Checker
 from workflows.definitions.steps.base import (
     NEXT_FIELD,
@@ -75,8 +77,8 @@ STEP_TYPE = StepType(
     optional=("policy", "count", "reducer", "set", "onFailure"),
     exits=failure_exits,
     compile=compile,
-    label="join",
-    summary="wait for branches",
+    label=pgettext_lazy("step type", "join"),
+    summary=gettext_lazy("wait for branches"),
     shape="join",
     form_fields=(
         FormField("policy", "Policy", "choice", choices=JOIN_POLICIES, required=True),

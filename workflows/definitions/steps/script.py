@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy, pgettext_lazy
+
 from workflows.definitions.steps.base import (
     V_CALLABLE,
     V_RESULT,
@@ -53,8 +55,8 @@ STEP_TYPE = StepType(
     optional=("input", "set"),
     exits=next_exits,
     compile=compile,
-    label="script",
-    summary="run a registered script",
+    label=pgettext_lazy("step type", "script"),
+    summary=gettext_lazy("run a registered script"),
     shape="parallelogram",
     form_fields=callable_fields("script", "script"),
     effect=True,

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy, pgettext_lazy
+
 from workflows.definitions.reading import Checker
 from workflows.definitions.steps.base import (
     NEXT_FIELD,
@@ -76,8 +78,8 @@ STEP_TYPE = StepType(
     optional=("payloadMapper", "payload", "set", "compensation"),
     exits=exits,
     compile=compile,
-    label="service",
-    summary="call a handler or webhook",
+    label=pgettext_lazy("step type", "service"),
+    summary=gettext_lazy("call a handler or webhook"),
     shape="box",
     form_fields=(
         FormField("target", "Target", help="A registered service handler or an https:// webhook URL.", required=True),

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy, pgettext_lazy
+
 from workflows.definitions.reading import Checker
 from workflows.definitions.steps.base import (
     NEXT_FIELD,
@@ -53,8 +55,8 @@ STEP_TYPE = StepType(
     optional=("after", "at", "fireAt", "set", "mutator"),
     exits=next_exits,
     compile=compile,
-    label="timer",
-    summary="wait for a time",
+    label=pgettext_lazy("step type", "timer"),
+    summary=gettext_lazy("wait for a time"),
     shape="clock",
     form_fields=(
         FormField("after", "Wait for", "duration", "ISO-8601 duration, for example PT10M. Or give 'Until'."),

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy, pgettext_lazy
+
 from workflows.definitions.names import echo
 from workflows.definitions.reading import Checker
 from workflows.definitions.steps.base import (
@@ -115,8 +117,8 @@ STEP_TYPE = StepType(
     exits=exits,
     compile=compile,
     schemas=schemas,
-    label="signal wait",
-    summary="wait for a signal",
+    label=pgettext_lazy("step type", "signal wait"),
+    summary=gettext_lazy("wait for a signal"),
     shape="hexagon",
     form_fields=(
         FormField("signal", "Signal", help="A signal the contract declares.", required=True),

@@ -159,6 +159,7 @@ def test_an_approver_with_a_german_browser_works_in_german(
     run_words = ("Abgeschlossen", "Zeitleiste", "Befehlswarteschlange", "Aufgabe erledigt", "Gestartet")
     _german(page, "the run page", *run_words)
     assert_accessible(page, "the German run page")
+    _screenshot(page, folder, "run-de")  # the graph's German step types ("Benutzeraufgabe") included
 
     with page.expect_navigation():
         page.get_by_role("button", name="Abmelden").click()

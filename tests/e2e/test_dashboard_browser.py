@@ -110,7 +110,8 @@ def parked_on_page(page: Any) -> dict[str, dict[str, Any]]:
             heading: a.querySelector('h3').innerText.trim(),
             rows: [...a.querySelectorAll('tr[data-position]')].map(r => ({
                 node: r.dataset.position,
-                kind: r.cells[1].innerText.trim(),
+                kind: r.cells[1].dataset.kind.toLowerCase(),  // the code; the cell shows its label
+                label: r.cells[1].innerText.trim(),
                 runs: r.querySelector('td[data-count]').innerText.trim(),
                 oldest: r.cells[3].innerText.trim(),
             })),
@@ -208,6 +209,7 @@ def assert_parked_match_database(page: Any, *, before: datetime) -> None:
         assert set(rows) == {(node, kind.lower()) for node, kind, _, _ in positions}, revision
         for node, kind, n, since in positions:
             row = rows[(node, kind.lower())]
+            assert row["label"].lower() == kind.lower(), (revision, node)  # English: the kind in words
             assert row["runs"] == str(n), (revision, node)
             assert row["oldest"] in ages(since, before, after), (revision, node, row["oldest"])
         parked = sum(n for _, _, n, _ in positions)

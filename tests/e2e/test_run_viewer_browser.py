@@ -177,7 +177,7 @@ def test_cancel_run_confirms_and_refuses_users_without_the_permission(
     page.wait_for_url("**/cancel/**")
     confirmation = page.locator("main").inner_text()
     assert "This cannot be undone." in confirmation
-    assert "1 timer" in confirmation and "timeout at wait-payment" in confirmation
+    assert "1 timer" in confirmation and "Timeout at wait-payment" in confirmation
     assert Run.objects.get(pk=run_id).status == "WAITING"  # asking changed nothing
     page.fill("#reason", "order withdrawn by the customer")
     page.get_by_role("button", name="Yes, cancel this run").click()

@@ -37,7 +37,6 @@ from functools import wraps
 from typing import Any
 
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
@@ -132,15 +131,14 @@ def migrate_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRes
         if not getattr(request.user, "is_authenticated", False):
             page = getattr(getattr(request, "htmx", None), "current_url_abs_path", None) or request.get_full_path()
             return HttpResponseClientRedirect(redirect_to_login(page)["Location"])
-        try:
-            return guarded(request, *args, **kwargs)
-        except PermissionDenied:
+        if not access.has(request.user, Capability.MIGRATE):
             return _problem(
                 403,
                 "FORBIDDEN",
                 _("Not allowed"),
                 _("Nothing was done: %(refusal)s.") % {"refusal": access.refusal(Capability.MIGRATE)},
             )
+        return guarded(request, *args, **kwargs)
 
     return answer
 

@@ -107,7 +107,12 @@ def test_reminders_recur_anchored_at_the_previous_scheduled_fire(celery_worker_p
     fired = [t for t in timers if t.status == "FIRED"]
     assert len(fired) >= 3
     for previous, following in pairwise(timers):
-        assert following.fire_at == previous.fire_at + timedelta(seconds=2), "anchored at the previous fire"
+        anchored = previous.fire_at + timedelta(seconds=2)
+        # the previous scheduled fire plus the interval, not when the segment ran; an instant
+        # already past when the next one is recorded (the reminder fired over an interval late,
+        # on a loaded machine) is taken as the time of recording, as any timer's (engine.txt)
+        late = anchored < following.fire_at and following.fire_at - following.created_at < timedelta(seconds=1)
+        assert following.fire_at == anchored or late, "anchored at the previous fire"
     assert history(task.run_id).count("TASK_REMINDER_FIRED") == len(fired)
     notices = Run.objects.get(pk=task.run_id).intents.filter(kind="NOTIFY").values_list("payload", flat=True)
     assert sum(1 for p in notices if p["reason"] == "reminder") == len(fired)

@@ -354,6 +354,32 @@ def command_run(args: argparse.Namespace) -> int:
 # --- test, lint, bench -------------------------------------------------------------------
 
 
+# The suite runs across the machine's cores (pytest-xdist): each worker process has a database
+# of its own (pytest-django's `_gwN`) and a broker of its own (config/testing.py), and starts its
+# own Celery worker and beat when its first end-to-end test needs them. More than four buys
+# little: every worker brings a Celery worker, beat and, for browser tests, a Chromium.
+MAX_TEST_WORKERS = 4
+SLOWEST_SHOWN = 25
+
+
+def test_workers() -> int:
+    configured = os.environ.get("SWITCHYARD_TEST_WORKERS", "").strip()
+    if configured:
+        return max(1, int(configured))
+    return max(1, min(os.cpu_count() or 1, MAX_TEST_WORKERS))
+
+
+def has_option(args: list[str], *names: str) -> bool:
+    """Whether pytest ``args`` hold one of ``names`` (``-n 2``, ``-n2``, ``--durations=5``)."""
+    for arg in args:
+        for name in names:
+            if arg == name or arg.startswith(name + "="):
+                return True
+            if not name.startswith("--") and arg.startswith(name) and not arg.startswith("--"):
+                return True
+    return False
+
+
 def command_test(args: argparse.Namespace, pytest_args: list[str]) -> int:
     env = os.environ.copy()
     # Tests get their own embedded server and broker folder, so a `dev.py run` in another
@@ -370,16 +396,26 @@ def command_test(args: argparse.Namespace, pytest_args: list[str]) -> int:
         env.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
         env.setdefault("SWITCHYARD_TEST_DB", "test_switchyard_topology")
         pytest_args = pytest_args or ["tests/topology", "-p", "no:cacheprovider"]
+    options: list[str] = []
+    serial = (
+        args.topology
+        or has_option(pytest_args, "-n", "--numprocesses", "--pdb", "--trace")
+        or ("no:xdist" in pytest_args)
+    )
+    if not serial and test_workers() > 1:
+        options += ["-n", str(test_workers())]
+    if not has_option(pytest_args, "--durations"):
+        options += [f"--durations={SLOWEST_SHOWN}", "--durations-min=1.0"]
     if args.coverage:
-        argv = [sys.executable, "-m", "coverage", "run", "-m", "pytest", *pytest_args]
-    else:
-        argv = [sys.executable, "-m", "pytest", *pytest_args]
+        # pytest-cov measures every xdist worker and combines them ([tool.coverage] in pyproject)
+        options += ["--cov", "--cov-report=term:skip-covered"]
+    argv = [sys.executable, "-m", "pytest", *options, *pytest_args]
+    started = time.monotonic()
     code = subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
+    say(f"tests finished in {time.monotonic() - started:.0f}s (exit {code})")
     if code == 5:
         say("pytest collected no tests: that is a failure")
         return 1
-    if args.coverage and code == 0:
-        subprocess.run([sys.executable, "-m", "coverage", "report", "--skip-covered"], cwd=ROOT, check=False)
     return code
 
 

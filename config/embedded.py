@@ -128,7 +128,8 @@ def _forget_dead_handles(server: Any) -> None:
 
 def broker_settings() -> dict[str, Any]:
     """Celery settings for kombu's filesystem transport, shared by all local processes."""
-    root = DATA_DIR / "broker"
+    # the test suite gives each pytest-xdist worker a folder of its own (config/testing.py)
+    root = DATA_DIR / os.environ.get("SWITCHYARD_BROKER_FOLDER", "broker")
     queue = root / "queue"
     processed = root / "processed"
     control = root / "control"  # broadcast/pidbox exchanges (else kombu writes ./control)

@@ -27,7 +27,7 @@ from urllib.parse import unquote, urlparse
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from config import embedded, keys
+from config import embedded, keys, testing
 from workflows import conf as workflows_conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -47,6 +47,10 @@ TEST_RUN = "pytest" in sys.modules
 if TEST_RUN:
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(64))
     os.environ.setdefault("WORKFLOWS_SECURITY_WEBHOOK_SIGNING_SECRET", secrets.token_urlsafe(32))
+    # pytest-xdist: each of the suite's worker processes (gw0, gw1, ...) has a database of its
+    # own (pytest-django's `_gwN` suffix) and a broker of its own, which the Celery worker and
+    # beat it starts inherit through the environment (docs/development.md, "Tests").
+    testing.isolate_xdist_broker(os.environ)
 
 DEBUG = env_bool("DEBUG", False)
 # No known fallback key: with DEBUG off a missing SECRET_KEY stops start-up. With DEBUG on, the

@@ -210,5 +210,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.e2e)
     # Once started, the session's worker and beat keep claiming committed work. Tests that
     # drive the executor themselves (transactional ones) must not race them, so every test
-    # that uses the worker runs last. Stable sort: pytest-django's order holds otherwise.
-    items.sort(key=_uses_worker)
+    # that uses the worker runs last. Within each group the slow tests come first, so that
+    # under pytest-xdist a long test overlaps the short ones on the other workers instead of
+    # running alone at the end. Stable sort: pytest-django's order holds otherwise.
+    # pytest-django's groups are kept (plain, database, transactional: a transactional test's
+    # flush empties what the migrations put in, which the rollback tests read).
+    items.sort(key=lambda item: (_uses_worker(item), _django_group(item), item.get_closest_marker("slow") is None))
+
+
+def _django_group(item: pytest.Item) -> int:
+    """pytest-django's order: 0 database in a rolled-back transaction, 1 transactional, 2 none."""
+    from django.test import TestCase, TransactionTestCase
+
+    cls = getattr(item, "cls", None)
+    if cls is not None and issubclass(cls, TransactionTestCase):
+        return 0 if issubclass(cls, TestCase) else 1
+    fixtures = getattr(item, "fixturenames", ())
+    marker = item.get_closest_marker("django_db")
+    if marker is not None and (marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences")):
+        return 1
+    if "transactional_db" in fixtures or "live_server" in fixtures:
+        return 1
+    return 0 if marker is not None or "db" in fixtures else 2

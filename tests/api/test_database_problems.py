@@ -15,6 +15,8 @@ from tests.api.conftest import SENTINEL, assert_problem
 from workflows.definitions import schemas
 from workflows.models import Run
 
+pytestmark = pytest.mark.services
+
 
 def schema_check_failing_with(condition: str) -> Callable[..., Any]:
     def validate(schema: Any, payload: Any) -> Any:

@@ -17,7 +17,7 @@ from tests.support.waiting import eventually
 from workflows.definitions import store
 from workflows.models import Command, Run
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 WITH_START = "/api/v1/runs/by-key/signal-with-start/"
 BY_KEY = "/api/v1/runs/by-key/signals/"

@@ -17,7 +17,7 @@ from tests.support.waiting import eventually
 from workflows import queries
 from workflows.models import Run, Task
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.services, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def order(number: str, total: str = "1500.00", **extra: Any) -> PurchaseOrder:

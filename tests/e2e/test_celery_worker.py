@@ -13,7 +13,7 @@ from tests.support.celery_tasks import create_purchase_order
 from tests.support.processes import CeleryProcesses
 from tests.support.waiting import eventually
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.services, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def test_worker_runs_a_task_against_the_test_database(celery_worker_process: CeleryProcesses) -> None:

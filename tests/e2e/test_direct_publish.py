@@ -17,6 +17,8 @@ from tests.support.processes import CeleryProcesses
 from tests.support.waiting import eventually
 from workflows import publish, tasks
 
+pytestmark = pytest.mark.services
+
 # values that differ from one message to the next (ids, tags, the sending process)
 PER_MESSAGE = {"id", "root_id", "origin", "correlation_id", "reply_to", "delivery_tag"}
 

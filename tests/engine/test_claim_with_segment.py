@@ -19,6 +19,8 @@ from workflows import operations
 from workflows.engine import executor, faults
 from workflows.models import Command, HistoryEntry, Park, Run, Task
 
+pytestmark = pytest.mark.services
+
 
 def other_connection() -> psycopg.Connection[Any]:
     db = settings.DATABASES["default"]

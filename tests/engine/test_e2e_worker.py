@@ -12,7 +12,7 @@ from tests.support.waiting import eventually
 from workflows import operations
 from workflows.models import Command, HistoryEntry, Run
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.services, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 GATED = documents.gated("gated", "test.block_while_gate")
 

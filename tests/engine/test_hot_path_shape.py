@@ -22,6 +22,8 @@ from workflows import operations
 from workflows.engine import waits
 from workflows.models import Command, HistoryEntry, Park, Run, Task
 
+pytestmark = pytest.mark.services
+
 REVIEW = """
 definitionId: optimistic-review
 definitionVersion: 1

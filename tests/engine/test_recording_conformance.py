@@ -20,6 +20,8 @@ from workflows.definitions import schemas
 from workflows.exceptions import LifecycleError, LockTimeout, PersistenceError, PinnedInstances
 from workflows.models import Command, DefinitionVersion, Run
 
+pytestmark = pytest.mark.services
+
 SENTINEL = "LEAK-SENTINEL-26c1"
 ORDER = documents.ORDER_SIGNAL.replace("test.reserve", "test.noop")
 V2 = ORDER.replace("definitionVersion: 1", "definitionVersion: 2")

@@ -15,7 +15,7 @@ from django.db import connection
 
 from workflows.engine import pipeline
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.services, pytest.mark.django_db]
 
 
 def _prepared_after_repeating_a_hot_statement() -> int:

@@ -58,7 +58,9 @@ class Config:
 
     @classmethod
     def lite(cls) -> Config:
-        return cls(mode="lite", window_seconds=135.0)
+        # CI's size: every kind of fault at least twice (6 kills; 2 connection terminations, 2
+        # freezes past the lease, 2 broker restarts on Redis), the same checks as the nightly run
+        return cls(mode="lite", window_seconds=72.0, kill_every=12.0)
 
     @classmethod
     def full(cls) -> Config:

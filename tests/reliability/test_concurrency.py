@@ -25,7 +25,7 @@ from workflows.engine import db, executor
 from workflows.exceptions import IdempotencyConflict, WorkflowError
 from workflows.models import Command, HistoryEntry, Run, Task
 
-pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.services, pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
 
 FULL = os.environ.get("RELIABILITY_MODE") == "full"
 

@@ -36,7 +36,7 @@ from tests.support.processes import ROOT, stop_process_group
 from tests.support.waiting import eventually
 from workflows.models import Run
 
-pytestmark = [pytest.mark.reliability, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.services, pytest.mark.reliability, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 POOL_SIZE = 5
 CLIENTS = 50

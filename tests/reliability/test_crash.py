@@ -15,7 +15,7 @@ import pytest
 import tests.reliability.callbacks  # noqa: F401  (rel.effect is registered before the document loads)
 from tests.reliability.harness import Config, Harness, write_report
 
-pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.services, pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.mark.timeout(1800)

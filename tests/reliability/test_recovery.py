@@ -11,7 +11,7 @@ from workflows import operations
 from workflows.engine import db, executor
 from workflows.models import Command
 
-pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.services, pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
 
 WAIT = """
 definitionId: rel-wait

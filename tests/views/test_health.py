@@ -10,7 +10,7 @@ from django.test import Client, override_settings
 from workflows.views import health
 
 # Every request reads the database (capture's request_started hook), /healthz included.
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.services, pytest.mark.django_db]
 
 
 def closed_port() -> int:

@@ -17,6 +17,29 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("SWITCHYARD_DATA_DIR", BASE_DIR / ".data"))
 
 
+# pgserver gives `pg_ctl -w start` 10 seconds, hard-coded. On a busy machine (a test suite on
+# both cores and two more busy processes) starting the server as its own user can take longer,
+# and the caller then fails although the server came up. pg_ctl itself waits up to 60 s.
+START_TIMEOUT_SECONDS = 90.0
+
+
+def _patient_start() -> None:
+    """Give pgserver's `pg_ctl start` as long as pg_ctl's own wait (once per process)."""
+    from pgserver import postgres_server
+
+    original = postgres_server.pg_ctl
+    if getattr(original, "switchyard_patient", False):
+        return
+
+    def pg_ctl(args: list[str], pgdata: Path | None = None, **kwargs: Any) -> str:
+        if "start" in args and kwargs.get("timeout") is not None:
+            kwargs["timeout"] = max(float(kwargs["timeout"]), START_TIMEOUT_SECONDS)
+        return original(args, pgdata=pgdata, **kwargs)
+
+    pg_ctl.switchyard_patient = True  # type: ignore[attr-defined]
+    postgres_server.pg_ctl = pg_ctl
+
+
 def database_settings() -> dict[str, Any]:
     """Start (or join) the embedded PostgreSQL and answer Django's connection settings."""
     # pgserver keeps its inter-process lock under the runtime folder: give every local
@@ -39,6 +62,7 @@ def database_settings() -> dict[str, Any]:
             from pgserver.utils import ensure_user_exists
 
             ensure_user_exists("pgserver")
+    _patient_start()
     server = pgserver.get_server(pgdata, cleanup_mode="stop")
     # Registered after pgserver's own exit hook, so it runs first (atexit is last-in,
     # first-out): the last live process then really is the last handle and stops the server.

@@ -398,3 +398,25 @@ def test_filesystem_broker_under_the_data_folder_carries_a_message_between_proce
     assert len(waiting_messages()) == 1
     assert run_local(data_dir, CONSUME, queue_name) == {"token": token}
     assert waiting_messages() == []
+
+
+def test_a_slow_server_start_is_waited_for_as_long_as_pg_ctl_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pgserver gives `pg_ctl -w start` 10 s; on a busy machine the start took longer and the
+    process failed although the server came up. The embedded runtime gives it 90 s."""
+    from pgserver import postgres_server
+
+    from config import embedded
+
+    calls: list[dict[str, Any]] = []
+
+    def recording(args: list[str], pgdata: Path | None = None, **kwargs: Any) -> str:
+        calls.append({"args": args, **kwargs})
+        return ""
+
+    monkeypatch.setattr(postgres_server, "pg_ctl", recording)
+    embedded._patient_start()
+    embedded._patient_start()  # once per process: not wrapped twice
+    postgres_server.pg_ctl(["-w", "start"], pgdata=Path("/nonexistent"), timeout=10)
+    postgres_server.pg_ctl(["-w", "stop"], pgdata=Path("/nonexistent"))
+
+    assert calls == [{"args": ["-w", "start"], "timeout": 90.0}, {"args": ["-w", "stop"]}]

@@ -1,7 +1,7 @@
-"""The Migrate dialog's background apply of 5,000 runs in Chromium, with a real Celery worker
+"""The Migrate dialog's background apply of 2,000 runs in Chromium, with a real Celery worker
 and beat, as an operator sees it: one press of Apply, the progress bar advancing, the worker
 killed (SIGKILL) in the middle of it and a new one started, and the same page — nobody presses
-anything, the card polls — ending with the migration done and 5,000 runs moved, each exactly
+anything, the card polls — ending with the migration done and 2,000 runs moved, each exactly
 once.
 
 The runs are parked by the Migrate benchmark's bulk SQL (``tests/support/bulk_migration.py``);
@@ -31,13 +31,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transa
 DONE_TEXT = re.compile(r"^(\d+) of (\d+) runs done")
 
 
-def test_an_operator_sees_5000_runs_moved_through_a_killed_worker(
+def test_an_operator_sees_2000_runs_moved_through_a_killed_worker(
     celery_worker_process: Any, crash_celery_worker: Any, page: Page, live_server: Any, django_user_model: Any
 ) -> None:
-    bulk_migration.park()  # a third at each position: 5,000 at the approval
+    bulk_migration.park()  # a third at each position: 2,000 at the approval
     assert bulk_migration.parked_at_review() == AT_REVIEW
     # no demo users: bob, the new approvals' assignee, does not exist, so the move writes no
-    # 5,000 notices for the worker to deliver (as in the engine test)
+    # 2,000 notices for the worker to deliver (as in the engine test)
     django_user_model.objects.create_superuser(username="operator", email="operator@example.com", password="operator")
 
     login(page, live_server, "operator", "operator", next="/admin/workflows/definitionversion/")
@@ -62,7 +62,7 @@ def test_an_operator_sees_5000_runs_moved_through_a_killed_worker(
     record = MigrationRecord.objects.get()
     assert (record.background, record.total) == (True, AT_REVIEW)
 
-    seen: list[int] = []  # every "N of 5000 runs done" the page showed, in the order shown
+    seen: list[int] = []  # every "N of 2000 runs done" the page showed, in the order shown
 
     def done_on_page() -> int:
         text = page.locator("#progress-text").inner_text()
@@ -100,7 +100,7 @@ def test_an_operator_sees_5000_runs_moved_through_a_killed_worker(
     assert page.locator("#progress-text").inner_text() == f"{AT_REVIEW} of {AT_REVIEW} runs done (100%)"
     assert page.locator("#migration-progress").get_attribute("value") == str(AT_REVIEW)
     assert card.locator(".outcome").all_inner_texts() == [f"{AT_REVIEW} moved"]
-    assert seen == sorted(set(seen)), f"the bar went back: {seen}"  # two steps before the kill, then on to 5,000
+    assert seen == sorted(set(seen)), f"the bar went back: {seen}"  # two steps before the kill, then on to 2,000
 
     # every run moved exactly once: one WORKFLOW_MIGRATED entry each, none missing, one new
     # approval each (none opened twice), all at the renamed node of revision 2

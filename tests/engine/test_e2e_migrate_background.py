@@ -1,4 +1,4 @@
-"""A background migration through a real Celery worker and beat: 5,000 parked runs applied in
+"""A background migration through a real Celery worker and beat: 2,000 parked runs applied in
 batches, the worker killed (SIGKILL) in the middle of it and started again; the sweep hands the
 record to a new task once the dead task's lease lapses, and the record finishes by itself with
 every run moved exactly once.
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 def test_a_background_migration_survives_a_killed_worker_and_finishes_by_itself(
     celery_worker_process: Any, crash_celery_worker: Any
 ) -> None:
-    bulk_migration.park()  # a third at each position: 5,000 at the approval
+    bulk_migration.park()  # a third at each position: 2,000 at the approval
     assert bulk_migration.parked_at_review() == AT_REVIEW
     operator = actors.service("operator")
     record_id = operations.migration_preview(

@@ -1,4 +1,4 @@
-"""Switchyard in someone else's project (issue #28): the ``switchyard`` wheel and sdist are
+"""Switchyard in someone else's project (issue #28): the ``django-switchyard`` wheel and sdist are
 built from pyproject.toml, their contents checked, and the wheel installed into a fresh
 virtualenv with the host project under ``tests/host_project/`` (its own Invoice model, a user
 model whose username is the e-mail, its own layout, Switchyard under ``/approvals/``).
@@ -92,8 +92,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     dist = tree / "dist"
     hooks = "from setuptools import build_meta as b; print(b.build_sdist('dist')); print(b.build_wheel('dist'))"
     run([sys.executable, "-c", hooks], cwd=tree)
-    (sdist,) = dist.glob("switchyard-*.tar.gz")
-    (wheel,) = dist.glob("switchyard-*-py3-none-any.whl")
+    (sdist,) = dist.glob("django_switchyard-*.tar.gz")
+    (wheel,) = dist.glob("django_switchyard-*-py3-none-any.whl")
     return {"sdist": sdist, "wheel": wheel}
 
 
@@ -101,8 +101,12 @@ def test_the_wheel_and_the_sdist_hold_the_apps_and_nothing_of_the_reference_site
     with zipfile.ZipFile(built["wheel"]) as wheel:
         names = set(wheel.namelist())
         metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
-        requires = [line for line in wheel.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
-    assert {name.split("/")[0] for name in names} == {*APPS, "switchyard-0.1.0.dist-info"}
+        wheel_metadata = wheel.read(metadata).decode()
+        requires = [line for line in wheel_metadata.splitlines() if line.startswith("Requires-Dist:")]
+    import workflows
+
+    assert {name.split("/")[0] for name in names} == {*APPS, f"django_switchyard-{workflows.__version__}.dist-info"}
+    assert "Name: django-switchyard" in wheel_metadata, wheel_metadata[:200]
     assert expected_package_data() <= names, sorted(expected_package_data() - names)
     assert "workflows/templates/switchyard/base.html" in names
     assert "workflows/locale/de/LC_MESSAGES/django.mo" in names  # a host compiles nothing of ours
@@ -117,8 +121,10 @@ def test_the_wheel_and_the_sdist_hold_the_apps_and_nothing_of_the_reference_site
         top = sdist.getnames()[0].split("/")[0]
         members = {name.removeprefix(f"{top}/") for name in sdist.getnames()}
     assert expected_package_data() <= members, sorted(expected_package_data() - members)
-    assert {"pyproject.toml", "README.md"} <= members
+    assert {"pyproject.toml", "README.md", "MANIFEST.in"} <= members
+    # newer setuptools add tests/test*.py to every sdist unless MANIFEST.in prunes them
     assert not [n for n in members if n.startswith(NOT_SHIPPED)]
+    assert not [n for n in members if "/test" in f"/{n}" and not n.startswith(APPS)]
 
 
 # --- the host project ------------------------------------------------------------------------

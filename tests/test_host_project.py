@@ -289,7 +289,7 @@ from django.test import Client
 from django.urls import reverse
 client = Client()
 assert client.login(username="root@acme.test", password="{password}")
-pages = [reverse("admin:index"), reverse("designer:list"), reverse("ops:dashboard"), reverse("ops:radar")]
+pages = [reverse("admin:index"), reverse("switchyard_designer:list"), reverse("switchyard_ops:dashboard"), reverse("switchyard_ops:radar")]
 for model in admin.site._registry:
     if model._meta.app_label in ("workflows", "capture"):
         prefix = f"admin:{{model._meta.app_label}}_{{model._meta.model_name}}"

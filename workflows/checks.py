@@ -172,8 +172,9 @@ def _drawn_blocks(template: Any) -> set[str] | None:
         extends = next((node for node in chain[-1].nodelist if isinstance(node, ExtendsNode)), None)
         if extends is None:
             break
-        parent_name = extends.parent_name.var
-        if not isinstance(parent_name, str) or extends.parent_name.filters or len(chain) > 20:
+        expression: Any = extends.parent_name  # a FilterExpression; a constant's var is its text
+        parent_name = getattr(expression, "var", None)
+        if not isinstance(parent_name, str) or getattr(expression, "filters", None) or len(chain) > 20:
             return None
         # as {% extends %} finds it: a template of the same name further down the loaders
         # when a layout extends the one it replaces

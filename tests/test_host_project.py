@@ -55,7 +55,18 @@ ROOT = Path(__file__).resolve().parent.parent
 HOST_PROJECT = ROOT / "tests" / "host_project"
 APPS = ("workflows", "capture", "designer")
 # the reference site, the tests and the developer's tools never ship
-NOT_SHIPPED = ("config/", "demo/", "accounts/", "tests/", "bench/", "dev.py", "manage.py", "requirements/")
+NOT_SHIPPED = (
+    "config/",
+    "demo/",
+    "accounts/",
+    "tests/",
+    "bench/",
+    "static/",
+    "templates/",
+    "dev.py",
+    "manage.py",
+    "requirements/",
+)
 PASSWORD = "correct horse battery staple"
 
 

@@ -1,5 +1,7 @@
-"""Switchyard in someone else's project (issue #28): the ``django-switchyard`` wheel and sdist are
-built from pyproject.toml, their contents checked, and the wheel installed into a fresh
+"""Switchyard in someone else's project (issue #28; the second variant next to
+tests/test_install_guide.py, which builds its host from docs/install.md itself): the
+``django-switchyard`` wheel and sdist are built from pyproject.toml, their contents checked,
+and the wheel installed into a fresh
 virtualenv with the host project under ``tests/host_project/`` (its own Invoice model, a user
 model whose username is the e-mail, its own layout, Switchyard under ``/approvals/``).
 

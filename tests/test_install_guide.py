@@ -9,7 +9,7 @@ it, because it was written together with the guide instead of from it.
 
 So here nothing of Switchyard's set-up is written by the test: each step comes from a code block
 of docs/install.md, found by the ``<!-- guide: ... -->`` comment before it (``append FILE``,
-``create FILE``, ``run``, ``start``, ``install``; the guide explains them). What the test does
+``create FILE``, ``layout FILE``, ``run``, ``start``, ``install``; the guide explains them). What the test does
 write is what any host has of its own before it adds Switchyard: a user model that signs in by
 e-mail, an app ``leave`` with a ``LeaveRequest`` model, a layout whose blocks are named
 ``page_title``, ``extra_head`` and ``main`` (not Switchyard's), its own URL namespace ``api``,
@@ -69,7 +69,8 @@ pytestmark = [
 GUIDE = ROOT / "docs" / "install.md"
 PASSWORD = "correct horse battery staple"
 MANAGER = "maria@leave.test"
-MARKER = re.compile(r"<!-- guide: (?P<action>append|create|run|start|install)(?: (?P<path>\S+))? -->\n+```[^\n]*\n")
+ACTIONS = "append|create|layout|run|start|install"
+MARKER = re.compile(rf"<!-- guide: (?P<action>{ACTIONS})(?: (?P<path>\S+))? -->\n+```[^\n]*\n")
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ def test_the_guide_marks_every_step_a_host_needs() -> None:
         ("append", "proj/urls.py"),
         ("create", "templates/switchyard/base.html"),
         ("create", "proj/celery.py"),
+        ("layout", "templates/base.html"),
         ("run", ""),
         ("start", ""),
     ):
@@ -176,7 +178,8 @@ urlpatterns = [path("ping/", ping, name="ping")]
 </head>
 <body>
   <header id="host-header">Leave Co {% if user.is_authenticated %}<span>{{ user.email }}</span>{% endif %}
-    <a href="{% url 'api:ping' %}">ping</a></header>
+    <a href="{% url 'api:ping' %}">ping</a>
+    <nav id="host-nav">{# navigation #}</nav></header>
   {% if messages %}<ul role="status">{% for m in messages %}<li>{{ m }}</li>{% endfor %}</ul>{% endif %}
   <main id="host-main">{% block main %}{% endblock %}</main>
 </body>
@@ -303,6 +306,10 @@ class GuideHost:
                 self.append(step.path, step.text)
             elif step.action == "create":
                 self.write(step.path, step.text)
+            elif step.action == "layout":
+                layout = self.project / step.path
+                assert "{# navigation #}" in layout.read_text(), step.path
+                layout.write_text(layout.read_text().replace("{# navigation #}", step.text.strip()))
             elif step.action == "run":
                 for line in filter(None, map(str.strip, step.text.splitlines())):
                     self.sh(line)
@@ -397,6 +404,12 @@ def test_a_request_saved_is_approved_in_the_hosts_layout_and_the_record_updated(
         assert page.url == f"{host.url}/wf/tasks/", page.url
         # Switchyard's inbox inside the host's layout, its content in the host's <main>
         assert MANAGER in page.locator("#host-header").inner_text()
+        # the guide's navigation tag in the host's own header: the pages this manager may open
+        # (the inbox, the runs with view_run; no Ops without the operate capability)
+        nav = page.locator("#host-nav")
+        assert nav.get_by_role("link", name="Inbox").get_attribute("aria-current") == "page"
+        assert nav.get_by_role("link", name="Runs").get_attribute("href") == "/wf/runs/"
+        assert nav.get_by_role("link", name="Ops").count() == 0
         page.locator("#host-main").get_by_role("link", name="Leave for Ada: 3 days").click()
         assert page.get_by_role("heading", level=1).inner_text() == "Leave for Ada: 3 days"
         page.get_by_role("button", name="Approve").click()

@@ -199,3 +199,20 @@ def test_every_package_the_apps_import_by_name_is_a_direct_dependency() -> None:
         if not distributions_of(top) & direct:
             missing[top] = where
     assert missing == {}, f"imported by name but not declared in pyproject.toml: {missing}"
+
+
+def test_the_sdist_manifest_prunes_every_top_level_folder_but_the_apps() -> None:
+    """Newer setuptools put ``tests/test*.py`` into every sdist by default (issue #39: eight stray
+    test files), whatever the package settings say; the suite builds with an older setuptools that
+    does not, so the manifest itself is checked: each folder of the repository other than the
+    three apps is pruned, and so is a new one added later."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    folders = {name.split("/")[0] for name in tracked if "/" in name} - set(APPS)
+    manifest = (ROOT / "MANIFEST.in").read_text().splitlines()
+    pruned = {line.split()[1] for line in manifest if line.startswith("prune ")}
+    assert folders - pruned == set(), f"MANIFEST.in does not prune {sorted(folders - pruned)}"
+    files = {name for name in tracked if "/" not in name and name.endswith(".py")}
+    excluded = {word for line in manifest if line.startswith("exclude ") for word in line.split()[1:]}
+    assert files - excluded == set(), f"MANIFEST.in does not exclude {sorted(files - excluded)}"

@@ -118,9 +118,3 @@ def test_notices_without_a_site_url_are_warned_unless_no_mail_is_sent() -> None:
         assert integration_ids() == ["workflows.W005"]
     with override_settings(SITE_URL="", EMAIL_BACKEND="django.core.mail.backends.dummy.EmailBackend"):
         assert integration_ids() == []
-
-
-def test_eager_celery_tasks_are_warned() -> None:
-    # issue #39: under CELERY_TASK_ALWAYS_EAGER (common in host test settings) runs stayed PENDING
-    with override_settings(CELERY_TASK_ALWAYS_EAGER=True):
-        assert integration_ids() == ["workflows.W006"]

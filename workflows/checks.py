@@ -89,7 +89,6 @@ def check_host_integration(app_configs: Any, **kwargs: Any) -> list[CheckMessage
         *_shadowed_packages(),
         *_base_template_blocks(),
         *_notice_links(),
-        *_eager_celery(),
     ]
 
 
@@ -219,18 +218,5 @@ def _notice_links() -> list[CheckMessage]:
             hint="Set SITE_URL to the address your users open the site at, e.g. 'https://intranet.example'. "
             f"{INSTALL_HINT}",
             id="workflows.W005",
-        )
-    ]
-
-
-def _eager_celery() -> list[CheckMessage]:
-    if not getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False):
-        return []
-    return [
-        Warning(
-            "CELERY_TASK_ALWAYS_EAGER is on: Switchyard's runs are executed by a Celery worker after the recording "
-            "transaction commits, never eagerly, so runs would stay pending.",
-            hint="Leave it off where runs should move; in tests start a worker. See docs/install.md, step 4.",
-            id="workflows.W006",
         )
     ]

@@ -13,14 +13,20 @@ from django.db import close_old_connections, transaction
 
 from capture import dispatch as dispatching
 
+# Switchyard's tasks carry their own options, so a host needs no global Celery setting and its
+# own tasks keep the host's (docs/install.md, step 4): no result stored; acknowledged after the
+# task ran and re-queued when its worker dies (every task re-checks in the database, so a repeat
+# is harmless).
+OWN_OPTIONS = {"ignore_result": True, "acks_late": True, "reject_on_worker_lost": True}
 
-@shared_task(name="capture.dispatch", ignore_result=True)
+
+@shared_task(name="capture.dispatch", **OWN_OPTIONS)
 def dispatch(capture_id: int) -> str:
     close_old_connections()
     return dispatching.dispatch(int(capture_id))
 
 
-@shared_task(name="capture.sweep", ignore_result=True, routine=True)  # quiet in the logs (workflows.tasks)
+@shared_task(name="capture.sweep", **OWN_OPTIONS, routine=True)  # quiet in the logs (workflows.tasks)
 def sweep() -> int:
     from capture import recording
 
@@ -33,7 +39,7 @@ def sweep() -> int:
     return len(again)
 
 
-@shared_task(name="capture.retention", ignore_result=True)
+@shared_task(name="capture.retention", **OWN_OPTIONS)
 def retention() -> int:
     close_old_connections()
     return dispatching.purge_dispatched()

@@ -24,7 +24,8 @@ urlpatterns = [
     path("accounts/login/", SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),  # to LOGOUT_REDIRECT_URL
     path("accounts/signed-out/", SignedOutView.as_view(), name="signed_out"),
-    path("favicon.ico", RedirectView.as_view(url=static("workflows/favicon.svg"), permanent=False)),
+    # the site's own icon (static/site/); Switchyard's pages link the app's
+    path("favicon.ico", RedirectView.as_view(url=static("site/favicon.svg"), permanent=False)),
     path("admin/login/", admin_sign_in),  # admin.site.login with the 429 of a locked sign-in
     path("admin/", admin.site.urls),
     path("api/", include("workflows.api.urls")),

@@ -6,7 +6,7 @@ type declares them (``StepType.form_fields`` in ``workflows.definitions.steps``;
 ``services.apply_step`` writes into the document. Fields the form does not show (a decision's
 payload schema, a callback name, ...) are kept from the step being edited. CEL fields and
 templates are compiled with the variables their field provides, as typed (through the
-``designer:cel`` endpoint) and again when the form is submitted.
+``switchyard_designer:cel`` endpoint) and again when the form is submitted.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class StepForm(forms.Form):
         assert isinstance(connect, forms.ChoiceField)
         connect.choices = [("", _("— not connected —"))] + [(k, label) for k, label, _t in slots]
         self.slots = {k: target for k, _label, target in slots}
-        cel_url = reverse("designer:cel")
+        cel_url = reverse("switchyard_designer:cel")
         self.specs = TYPE_FIELDS[self.type]
         for spec in self.specs:
             self.fields[spec.name] = self._field(spec, cel_url, spec.name)

@@ -1,10 +1,10 @@
-"""The designer, included at ``/designer/`` (namespace ``designer``)."""
+"""The designer, included at ``/designer/`` (namespace ``switchyard_designer``)."""
 
 from django.urls import path
 
 from designer import views
 
-app_name = "designer"
+app_name = "switchyard_designer"
 
 urlpatterns = [
     path("", views.workflow_list, name="list"),

@@ -422,4 +422,4 @@ def deploy(request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(
             services.migrate_url(deployed.scope, deployed.definition_id, deployed.replaced, deployed.version)
         )
-    return HttpResponseRedirect(reverse("designer:workflow", args=(deployed.scope, deployed.definition_id)))
+    return HttpResponseRedirect(reverse("switchyard_designer:workflow", args=(deployed.scope, deployed.definition_id)))

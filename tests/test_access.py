@@ -49,15 +49,15 @@ steps:
 
 # a body that reaches each write far enough to be judged (the holder's answer only must not be 403)
 BODIES: dict[str, Any] = {
-    "api:runs": {"definition_id": "access-1", "payload": {}},
-    "api:run-signals": {"name": "go", "payload": {}},
-    "api:run-cancel": {"reason": "matrix"},
-    "api:run-migrate": {"target_version": 2},
-    "api:definitions": {"scope": "default", "format": "yaml", "text": "definitionId: x"},
-    "api:activation": {"version": 1},
-    "api:capture-reconcile": {"replay": False, "reason": "matrix"},
-    "api:migrations": {},
-    "api:bulk-operations": {"signal": {"name": "go"}},  # no runs chosen: a holder gets 400, nothing frozen
+    "switchyard_api:runs": {"definition_id": "access-1", "payload": {}},
+    "switchyard_api:run-signals": {"name": "go", "payload": {}},
+    "switchyard_api:run-cancel": {"reason": "matrix"},
+    "switchyard_api:run-migrate": {"target_version": 2},
+    "switchyard_api:definitions": {"scope": "default", "format": "yaml", "text": "definitionId: x"},
+    "switchyard_api:activation": {"version": 1},
+    "switchyard_api:capture-reconcile": {"replay": False, "reason": "matrix"},
+    "switchyard_api:migrations": {},
+    "switchyard_api:bulk-operations": {"signal": {"name": "go"}},  # no runs chosen: a holder gets 400, nothing frozen
     "workflows:runs:cancel": {"reason": "matrix"},
     "admin:capture_capture_reconcile_confirm": {"reason": "matrix"},
 }
@@ -126,7 +126,7 @@ def _browser(user: Any) -> Client:
 
 
 def _call(user: Any, name: str, url: str, method: str, body: Any) -> Any:
-    if name.startswith("api:"):
+    if name.startswith("switchyard_api:"):
         client: Any = _api(user)
         call = getattr(client, method.lower())
         return call(url, body, format="json") if method != "GET" else call(url)
@@ -205,9 +205,9 @@ def test_each_capability_is_refused_without_it_even_to_staff_and_granted_with_it
                     content_type = response.get("Content-Type", "")
                     if response.status_code != 403:
                         wrong.append(f"{label} as {who}: {response.status_code}, not 403")
-                    elif name.startswith("api:") and not content_type.startswith("application/problem+json"):
+                    elif name.startswith("switchyard_api:") and not content_type.startswith("application/problem+json"):
                         wrong.append(f"{label} as {who}: 403 as {content_type}, not problem+json")
-                    elif not name.startswith("api:") and not content_type.startswith("text/html"):
+                    elif not name.startswith("switchyard_api:") and not content_type.startswith("text/html"):
                         wrong.append(f"{label} as {who}: 403 as {content_type}, not a page")
                 response = _call(sleepers[capability], name, url, method, body)
                 if response.status_code not in (302, 401, 403):

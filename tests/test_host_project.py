@@ -1,5 +1,7 @@
-"""Switchyard in someone else's project (issue #28): the ``switchyard`` wheel and sdist are
-built from pyproject.toml, their contents checked, and the wheel installed into a fresh
+"""Switchyard in someone else's project (issue #28; the second variant next to
+tests/test_install_guide.py, which builds its host from docs/install.md itself): the
+``django-switchyard`` wheel and sdist are built from pyproject.toml, their contents checked,
+and the wheel installed into a fresh
 virtualenv with the host project under ``tests/host_project/`` (its own Invoice model, a user
 model whose username is the e-mail, its own layout, Switchyard under ``/approvals/``).
 
@@ -20,21 +22,26 @@ import os
 import re
 import secrets
 import shutil
-import socket
-import subprocess
-import sys
-import sysconfig
 import tarfile
-import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support.browser import CHROMIUM, SKIP_REASON
-from tests.support.processes import stop_process_group
+from tests.support.hosting import (
+    HostDatabase,
+    HostVenv,
+    Processes,
+    answers,
+    broker_env,
+    build_distributions,
+    free_port,
+    run,
+    wait_for,
+)
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -50,20 +57,19 @@ ROOT = Path(__file__).resolve().parent.parent
 HOST_PROJECT = ROOT / "tests" / "host_project"
 APPS = ("workflows", "capture", "designer")
 # the reference site, the tests and the developer's tools never ship
-NOT_SHIPPED = ("config/", "demo/", "accounts/", "tests/", "bench/", "dev.py", "manage.py", "requirements/")
+NOT_SHIPPED = (
+    "config/",
+    "demo/",
+    "accounts/",
+    "tests/",
+    "bench/",
+    "static/",
+    "templates/",
+    "dev.py",
+    "manage.py",
+    "requirements/",
+)
 PASSWORD = "correct horse battery staple"
-
-
-def run(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 240) -> str:
-    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-    assert done.returncode == 0, f"{argv} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
-    return done.stdout + done.stderr
-
-
-def source_files() -> list[str]:
-    """The repository's files as a clean checkout has them (tracked and new, not ignored)."""
-    listed = run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT)
-    return [name for name in listed.splitlines() if name and (ROOT / name).is_file()]
 
 
 def expected_package_data() -> set[str]:
@@ -84,25 +90,19 @@ def expected_package_data() -> set[str]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The sdist and the wheel, built by setuptools' PEP 517 hooks from a clean copy."""
-    tree = tmp_path_factory.mktemp("source")
-    for name in source_files():
-        target = tree / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, target, follow_symlinks=False)
-    dist = tree / "dist"
-    hooks = "from setuptools import build_meta as b; print(b.build_sdist('dist')); print(b.build_wheel('dist'))"
-    run([sys.executable, "-c", hooks], cwd=tree)
-    (sdist,) = dist.glob("switchyard-*.tar.gz")
-    (wheel,) = dist.glob("switchyard-*-py3-none-any.whl")
-    return {"sdist": sdist, "wheel": wheel}
+    return build_distributions(tmp_path_factory.mktemp("source"))
 
 
 def test_the_wheel_and_the_sdist_hold_the_apps_and_nothing_of_the_reference_site(built: dict[str, Path]) -> None:
     with zipfile.ZipFile(built["wheel"]) as wheel:
         names = set(wheel.namelist())
         metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
-        requires = [line for line in wheel.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
-    assert {name.split("/")[0] for name in names} == {*APPS, "switchyard-0.1.0.dist-info"}
+        wheel_metadata = wheel.read(metadata).decode()
+        requires = [line for line in wheel_metadata.splitlines() if line.startswith("Requires-Dist:")]
+    import workflows
+
+    assert {name.split("/")[0] for name in names} == {*APPS, f"django_switchyard-{workflows.__version__}.dist-info"}
+    assert "Name: django-switchyard" in wheel_metadata, wheel_metadata[:200]
     assert expected_package_data() <= names, sorted(expected_package_data() - names)
     assert "workflows/templates/switchyard/base.html" in names
     assert "workflows/locale/de/LC_MESSAGES/django.mo" in names  # a host compiles nothing of ours
@@ -117,55 +117,13 @@ def test_the_wheel_and_the_sdist_hold_the_apps_and_nothing_of_the_reference_site
         top = sdist.getnames()[0].split("/")[0]
         members = {name.removeprefix(f"{top}/") for name in sdist.getnames()}
     assert expected_package_data() <= members, sorted(expected_package_data() - members)
-    assert {"pyproject.toml", "README.md"} <= members
+    assert {"pyproject.toml", "README.md", "MANIFEST.in"} <= members
+    # newer setuptools add tests/test*.py to every sdist unless MANIFEST.in prunes them
     assert not [n for n in members if n.startswith(NOT_SHIPPED)]
+    assert not [n for n in members if "/test" in f"/{n}" and not n.startswith(APPS)]
 
 
 # --- the host project ------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def database_settings() -> dict[str, str]:
-    """The suite's PostgreSQL server (the machine's or the embedded one), a database of its own."""
-    from django.conf import settings
-
-    db = settings.DATABASES["default"]
-    name = f"{db['TEST'].get('NAME') or 'test_switchyard'}_host"[:63]
-    return {
-        "ACME_DB_NAME": name,
-        "ACME_DB_HOST": str(db.get("HOST") or ""),
-        "ACME_DB_PORT": str(db.get("PORT") or ""),
-        "ACME_DB_USER": str(db.get("USER") or ""),
-        "ACME_DB_PASSWORD": str(db.get("PASSWORD") or ""),
-    }
-
-
-def server_connection(env: dict[str, str]) -> Any:
-    import psycopg
-
-    return psycopg.connect(
-        dbname="postgres",
-        host=env["ACME_DB_HOST"] or None,
-        port=env["ACME_DB_PORT"] or None,
-        user=env["ACME_DB_USER"] or None,
-        password=env["ACME_DB_PASSWORD"] or None,
-        autocommit=True,
-    )
-
-
-def recreate_database(env: dict[str, str], *, drop_only: bool = False) -> None:
-    from psycopg import sql
-
-    with server_connection(env) as conn:
-        name = sql.Identifier(env["ACME_DB_NAME"])
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
-        if not drop_only:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
 
 
 class Host:
@@ -175,14 +133,9 @@ class Host:
         self.root = root
         self.project = root / "project"
         shutil.copytree(HOST_PROJECT, self.project, ignore=shutil.ignore_patterns("__pycache__"))
-        venv = root / "venv"
-        run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=root)
-        self.python = str(venv / "bin" / "python")
-        purelib = run([self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=root)
-        # the suite's packages (Django, Celery, ...) as the dependencies, after the venv's own
-        (Path(purelib.strip()) / "suite-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python", self.python]
-        run([*pip, "install", "--quiet", "--no-deps", "--no-index", str(wheel)], cwd=root)
+        self.python = HostVenv(root, wheel).python
+        self.database = HostDatabase("host")
+        broker = broker_env(root / "broker")
         self.env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": os.environ.get("HOME", str(root)),
@@ -191,16 +144,17 @@ class Host:
             "ACME_SECRET_KEY": secrets.token_urlsafe(50),
             "ACME_WEBHOOK_SIGNING_SECRET": secrets.token_urlsafe(32),
             "PYTHONDONTWRITEBYTECODE": "1",
-            **database_settings(),
+            "ACME_DB_NAME": self.database.name,
+            "ACME_DB_HOST": self.database.host,
+            "ACME_DB_PORT": self.database.port,
+            "ACME_DB_USER": self.database.user,
+            "ACME_DB_PASSWORD": self.database.password,
+            "ACME_BROKER_URL": broker["BROKER_URL"],
+            "ACME_QUEUE": f"acme-{secrets.token_hex(4)}",  # its own queue on a shared broker
         }
-        if os.environ.get("CELERY_BROKER_URL"):
-            self.env["ACME_BROKER_URL"] = os.environ["CELERY_BROKER_URL"]
-        else:
-            folder = root / "broker"
-            folder.mkdir()
-            self.env["ACME_BROKER_URL"] = "filesystem://"
-            self.env["ACME_BROKER_FOLDER"] = str(folder)
-        self.processes: list[tuple[subprocess.Popen[bytes], Path]] = []
+        if "BROKER_FOLDER" in broker:
+            self.env["ACME_BROKER_FOLDER"] = broker["BROKER_FOLDER"]
+        self.processes = Processes(root)
 
     def manage(self, *args: str, **env: str) -> str:
         return run([self.python, "manage.py", *args], cwd=self.project, env={**self.env, **env})
@@ -209,46 +163,24 @@ class Host:
         return self.manage("shell", "--no-imports", "-c", code)
 
     def start(self, name: str, *argv: str) -> None:
-        log = self.root / f"{name}.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [self.python, *argv],
-                cwd=self.project,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.processes.append((proc, log))
+        self.processes.start(name, [self.python, *argv], cwd=self.project, env=self.env)
 
     def logs(self) -> str:
-        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-4000:]}" for _, log in self.processes)
+        return self.processes.logs()
 
     def stop(self) -> None:
-        for proc, _ in reversed(self.processes):
-            stop_process_group(proc)
+        self.processes.stop()
 
 
 @pytest.fixture(scope="module")
 def host(built: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     project = Host(tmp_path_factory.mktemp("host"), built["wheel"])
-    recreate_database(project.env)
+    project.database.recreate()
     try:
         yield project
     finally:
         project.stop()
-        recreate_database(project.env, drop_only=True)
-
-
-def wait_for(condition: Any, *, what: str, host: Host, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}\n{host.logs()}")
+        project.database.recreate(drop_only=True)
 
 
 SETUP = """
@@ -283,7 +215,12 @@ from django.test import Client
 from django.urls import reverse
 client = Client()
 assert client.login(username="root@acme.test", password="{password}")
-pages = [reverse("admin:index"), reverse("designer:list"), reverse("ops:dashboard"), reverse("ops:radar")]
+pages = [
+    reverse("admin:index"),
+    reverse("switchyard_designer:list"),
+    reverse("switchyard_ops:dashboard"),
+    reverse("switchyard_ops:radar"),
+]
 for model in admin.site._registry:
     if model._meta.app_label in ("workflows", "capture"):
         prefix = f"admin:{{model._meta.app_label}}_{{model._meta.model_name}}"
@@ -316,10 +253,10 @@ def test_a_host_project_adds_switchyard_from_the_wheel(host: Host, tmp_path: Pat
         runs = [r.split("=") for r in host.shell(RUNS).strip().split(";") if r]
         return next((run_id for key, status, run_id in runs if key == "INV-8" and status == "WAITING"), None)
 
-    run_id = wait_for(review_started, what="the record trigger to start a review of INV-8", host=host)
+    run_id = wait_for(review_started, what="the record trigger to start a review of INV-8", logs=host.logs)
     assert "INV-7" not in host.shell(RUNS)
 
-    wait_for(lambda: _answers(f"{root}/login/"), what="the host's runserver", host=host)
+    wait_for(lambda: answers(f"{root}/login/"), what="the host's runserver", logs=host.logs)
     shots = Path(os.environ.get("HOST_PROJECT_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     context = browser.new_context()  # the suite's Chromium (one Playwright per process)
@@ -348,7 +285,7 @@ def test_a_host_project_adds_switchyard_from_the_wheel(host: Host, tmp_path: Pat
             page.reload()
             return page.locator("#run-status").inner_text() == "Completed"
 
-        wait_for(completed, what="the run page to show the run completed", host=host, timeout=30)
+        wait_for(completed, what="the run page to show the run completed", logs=host.logs, timeout=30)
         assert page.locator("#acme-header").is_visible()
         assert "ada@acme.test" in page.content()  # the decision's actor, by e-mail
         page.screenshot(path=str(shots / "host-run.png"), full_page=True)
@@ -363,13 +300,3 @@ def test_a_host_project_adds_switchyard_from_the_wheel(host: Host, tmp_path: Pat
         "check", "--deploy", "--fail-level", "WARNING", DJANGO_SETTINGS_MODULE="acme.settings_production"
     )
     assert "System check identified no issues" in deploy, deploy
-
-
-def _answers(url: str) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False

@@ -8,7 +8,7 @@ the engine's wake-ups and deliveries are published as that envelope directly: Ce
 protocol-2 message (``amqp.as_task_v2``), kombu's envelope (base64 body, delivery tag, the
 anonymous exchange with the queue as routing key, as Celery sends it), the same list. Workers
 cannot tell the difference. Any other broker, a routed or prioritised queue, a key prefix, a
-delay (ETA) or a failure to write goes through ``apply_async``.
+delay (ETA), a failure to write or ``task_always_eager`` goes through ``apply_async``.
 """
 
 from __future__ import annotations
@@ -77,7 +77,10 @@ def _direct_queue(task: Any) -> str | None:
 def publish(task: Any, args: list[Any], argsrepr: str) -> None:
     """``task.apply_async(args=args)`` for a message due now, as a direct ``LPUSH`` when the
     broker allows it (see the module docstring)."""
-    queue = _direct.queue_of(task)
+    # Under task_always_eager (a host's test settings) apply_async runs the task here and now;
+    # a direct LPUSH would leave the run pending for a worker that never comes (issue #39). Read
+    # on every call, not cached with the queue: tests switch it on and off.
+    queue = None if task.app.conf.task_always_eager else _direct.queue_of(task)
     if queue is not None:
         try:
             _direct.redis(task.app).lpush(queue, _envelope(task, queue, args, argsrepr))

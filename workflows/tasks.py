@@ -36,6 +36,11 @@ from workflows import conf, operations, publish
 from workflows.engine import bulk_ops, executor, migration, outbox, wakeups
 
 log = logging.getLogger("workflows.tasks")
+# Switchyard's tasks carry their own options, so a host needs no global Celery setting and its
+# own tasks keep the host's (docs/install.md, step 4): no result stored; acknowledged after the
+# task ran and re-queued when its worker dies (every task re-checks in the database, so a repeat
+# is harmless).
+OWN_OPTIONS = {"ignore_result": True, "acks_late": True, "reject_on_worker_lost": True}
 ETA_HINT_LIMIT_SECONDS = 600  # later timers are found by the sweep, not by a long-lived ETA message
 # The sweep leaves commands that became available this recently to their wake-ups (a burst
 # would otherwise be drained twice, by the messages and by the sweep); a lost wake-up waits at
@@ -58,7 +63,7 @@ def _connection_ready() -> None:
         _connection_checked = now
 
 
-@shared_task(name="workflows.run", ignore_result=True, Strategy="workflows.strategy:inline")
+@shared_task(name="workflows.run", **OWN_OPTIONS, Strategy="workflows.strategy:inline")
 def run_instance(run_id: str) -> int:
     _connection_ready()
     with wakeups.inline_delivery() as claimed:
@@ -79,7 +84,7 @@ def _deliver_claimed(claimed: list[dict]) -> None:
             log.warning("inline delivery of intent %s failed; the sweep will retry it", intent["id"], exc_info=True)
 
 
-@shared_task(name="workflows.sweep", ignore_result=True, routine=True)
+@shared_task(name="workflows.sweep", **OWN_OPTIONS, routine=True)
 def sweep() -> int:
     close_old_connections()
     if not conf.get().EXECUTOR.ENABLED:
@@ -135,13 +140,13 @@ def _queued_messages() -> int | None:
         return None
 
 
-@shared_task(name="workflows.deliver", ignore_result=True, acks_late=True)
+@shared_task(name="workflows.deliver", **OWN_OPTIONS)
 def deliver(intent_id: int) -> str:
     close_old_connections()
     return outbox.deliver(intent_id)
 
 
-@shared_task(name="workflows.bulk_apply", ignore_result=True)
+@shared_task(name="workflows.bulk_apply", **OWN_OPTIONS)
 def bulk_apply(operation_id: int) -> int:
     """Batches of one bulk operation until it is done, another worker holds what is left, or
     the time budget is spent (then a new message carries on). Answers the items applied."""
@@ -158,7 +163,7 @@ def bulk_apply(operation_id: int) -> int:
             return applied
 
 
-@shared_task(name="workflows.migration_apply", ignore_result=True)
+@shared_task(name="workflows.migration_apply", **OWN_OPTIONS)
 def migration_apply(record_id: int) -> str:
     """Apply a background migration for at most ``EXECUTOR.DRAIN_SECONDS``, then hand on to a
     new message (other work gets the worker in between). A repeated message finds the record
@@ -177,7 +182,7 @@ def _publish_migrations(ids: list[int]) -> None:
         publish.publish(migration_apply, [int(record_id)], f"[{int(record_id)}]")
 
 
-@shared_task(name="workflows.retention", ignore_result=True)
+@shared_task(name="workflows.retention", **OWN_OPTIONS)
 def retention() -> dict[str, int]:
     close_old_connections()
     result = operations.apply_retention()
@@ -186,7 +191,7 @@ def retention() -> dict[str, int]:
     return result
 
 
-@shared_task(name="workflows.run_totals", ignore_result=True, routine=True)
+@shared_task(name="workflows.run_totals", **OWN_OPTIONS, routine=True)
 def run_totals() -> str:
     close_old_connections()
     return operations.run_totals_refresh().isoformat()

@@ -74,3 +74,50 @@ def test_a_worker_runs_a_message_published_directly(
     )
     assert sent_by_celery == []  # the message went straight onto the list, not through Celery
     assert PurchaseOrder.objects.filter(number="PO-DIRECT-1").count() == 1
+
+
+DOCUMENT = """
+definitionId: eager-on-redis
+definitionVersion: 1
+contract: {name: eager-on-redis.v1}
+initialStep: done
+steps:
+  - {id: done, type: complete}
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_advances_under_task_always_eager_on_a_redis_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #39: a host's test settings with ``CELERY_TASK_ALWAYS_EAGER`` and a Redis broker
+    left every run PENDING: the wake-up went straight onto Redis's list, past Celery's eager
+    mode, for a worker the tests never start. Eager mode takes Celery's path, which runs the
+    task when the recording commits."""
+    from workflows import definitions, operations
+    from workflows.models import Run
+
+    ref = definitions.load(scope="default", text=DOCUMENT, format="yaml")
+    definitions.publish(scope="default", definition_id=ref.definition_id, version=ref.version)
+    definitions.activate(scope="default", definition_id=ref.definition_id, version=ref.version, target_scope="default")
+
+    pushed: list[str] = []
+
+    class Redis:  # what the direct path would have written, without a Redis server
+        def lpush(self, queue: str, envelope: str) -> None:
+            pushed.append(queue)
+
+    monkeypatch.setattr(publish._direct, "redis", lambda app: Redis())
+    monkeypatch.setattr(publish._direct, "checked", {})
+    conf = app.conf
+    saved = {
+        key: conf[key] for key in ("broker_url", "broker_transport", "broker_transport_options", "task_always_eager")
+    }
+    conf.update(broker_url="redis://127.0.0.1:6379/0", broker_transport=None, broker_transport_options={})
+    try:
+        assert publish._direct_queue(tasks.run_instance) is not None  # the direct path applies
+        conf.update(task_always_eager=True)
+        recorded = operations.start(definition_id="eager-on-redis", payload={})
+    finally:
+        conf.update(saved)
+
+    assert Run.objects.get(pk=recorded.run_id).status == "COMPLETED"
+    assert pushed == []

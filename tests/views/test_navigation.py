@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.apps import apps
+from django.conf import settings
 from django.contrib.auth.models import Permission, User
+from django.contrib.staticfiles import finders
 from django.core.exceptions import PermissionDenied
 from django.test import Client, RequestFactory, override_settings
 from django.urls import include, path
@@ -146,7 +150,19 @@ def test_the_page_links_its_favicon_which_the_site_also_serves_at_favicon_ico() 
 
     assert '<link rel="icon" href="/static/workflows/favicon.svg" type="image/svg+xml">' in html
     response = Client().get("/favicon.ico")
-    assert response.status_code == 302 and response["Location"] == "/static/workflows/favicon.svg"
+    assert response.status_code == 302 and response["Location"] == "/static/site/favicon.svg"
+    assert finders.find("site/favicon.svg")  # the reference site's own, under static/
+
+
+def test_the_sites_own_assets_live_in_static_and_take_no_path_of_an_apps_asset() -> None:
+    site = Path(settings.BASE_DIR) / "static"
+    assert [str(d) for d in settings.STATICFILES_DIRS] == [str(site)]
+    ours = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()}
+    assert ours and all(name.startswith("site/") for name in ours), ours
+    for app in ("workflows", "designer", "capture"):
+        folder = Path(apps.get_app_config(app).path) / "static"
+        app_assets = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+        assert not ours & app_assets, ours & app_assets
 
 
 # --- signing out ------------------------------------------------------------------------------

@@ -225,7 +225,7 @@ def as_dict(record: Any, counts: dict[str, int]) -> dict[str, Any]:
     left = counts.get(BulkItemStatus.PENDING, 0)
     return {
         "id": record.id,
-        "url": reverse("api:bulk-operation", args=[record.id]),
+        "url": reverse("switchyard_api:bulk-operation", args=[record.id]),
         "action": record.action,
         "status": record.status,
         "selection": record.selection,

@@ -7,12 +7,16 @@ endpoint answers a problem+json 404 rather than Django's HTML page.
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.templatetags.static import static
 from django.urls import URLPattern, URLResolver, include, path, re_path
+from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from workflows.api import views
 
-app_name = "api"
+app_name = "switchyard_api"
 
 v1: list[URLPattern | URLResolver] = [
     path("runs/", views.RunsView.as_view(), name="runs"),
@@ -68,9 +72,35 @@ SCHEMA_SETTINGS = {
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "workflows.api.base.postprocess"],
 }
 
+
+class SchemaView(SpectacularAPIView):
+    """The schema endpoint, never an operation of the schema it serves, whatever the host's
+    ``SPECTACULAR_SETTINGS["SERVE_INCLUDE_SCHEMA"]`` says: included (drf-spectacular's
+    default), it brought the host's default authentication classes into the schema next to the
+    API's own, and ``check --deploy`` warned 38 times about two ``tokenAuth`` components."""
+
+    @extend_schema(exclude=True)
+    def get(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        return super().get(request, *args, **kwargs)
+
+
+class SwaggerView(SpectacularSwaggerView):
+    """Swagger UI from drf-spectacular-sidecar's static files whatever the host's
+    ``SPECTACULAR_SETTINGS`` say (their default is a CDN): no page of Switchyard loads anything
+    from another site."""
+
+    @staticmethod
+    def _swagger_ui_resource(filename: str) -> str:
+        return static(f"drf_spectacular_sidecar/swagger-ui-dist/{filename}")
+
+    @staticmethod
+    def _swagger_ui_favicon() -> str:
+        return static("drf_spectacular_sidecar/swagger-ui-dist/favicon-32x32.png")
+
+
 urlpatterns = [
     path("v1/", include(v1)),
-    path("schema/", SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    path("schema/", SchemaView.as_view(custom_settings=SCHEMA_SETTINGS), name="schema"),
+    path("docs/", SwaggerView.as_view(url_name="switchyard_api:schema"), name="docs"),
     re_path(r"^[\s\S]*$", views.not_found),  # any other path under /api/ (v2/, a typo)
 ]

@@ -190,7 +190,7 @@ def awaited(run_id: str, wait: float) -> Response:
 def recorded(recording: operations.Recorded, wait: float | None, *, location: bool = False) -> Response:
     if wait is not None:
         return awaited(recording.run_id, wait)
-    headers = {"Location": reverse("api:run", args=[recording.run_id])} if location else None
+    headers = {"Location": reverse("switchyard_api:run", args=[recording.run_id])} if location else None
     return Response(s.CommandOut(recording.as_dict()).data, status=status.HTTP_202_ACCEPTED, headers=headers)
 
 
@@ -436,7 +436,7 @@ def keyed(answer: operations.KeyedSignal, wait: float | None) -> Response:
     """202 with the keyed answer and the run's Location (or, with ?await, 200 with the run)."""
     if wait is not None:
         return awaited(answer.run_id, wait)
-    headers = {"Location": reverse("api:run", args=[answer.run_id])}
+    headers = {"Location": reverse("switchyard_api:run", args=[answer.run_id])}
     return Response(s.KeyedSignalOut(answer.as_dict()).data, status=status.HTTP_202_ACCEPTED, headers=headers)
 
 

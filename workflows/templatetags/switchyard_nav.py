@@ -55,8 +55,8 @@ ENTRIES = (
         "workflows:requests",
         ("workflows:requests:mine", "workflows:requests:detail"),
     ),
-    Entry(_("Ops"), "ops:dashboard", (Capability.OPERATE,), "ops"),
-    Entry(_("Designer"), "designer:list", (Capability.VIEW_DEFINITIONS,), "designer"),
+    Entry(_("Ops"), "switchyard_ops:dashboard", (Capability.OPERATE,), "switchyard_ops"),
+    Entry(_("Designer"), "switchyard_designer:list", (Capability.VIEW_DEFINITIONS,), "switchyard_designer"),
     Entry(
         _("Migrate"),
         "admin:workflows_definitionversion_changelist",

@@ -101,7 +101,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         ended_counted_at=ended_counted_at,
         statuses=[s for s in STATUS_ORDER if any(r["by_status"].get(s) for r in revisions)] or ["WAITING", "FAILED"],
         parked_revisions=[r for r in revisions if r["positions"]],
-        radar_url=reverse("ops:radar"),
+        radar_url=reverse("switchyard_ops:radar"),
     )
     for revision in revisions:
         revision["cells"] = [

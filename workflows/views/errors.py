@@ -24,7 +24,7 @@ from workflows.api.errors import PROBLEM_CONTENT_TYPE, problem
 
 def _api_prefix() -> str | None:
     try:
-        return reverse("api:schema").removesuffix("schema/")
+        return reverse("switchyard_api:schema").removesuffix("schema/")
     except NoReverseMatch:
         return None
 

@@ -1,4 +1,4 @@
-"""Operations pages (staff), included at the site's root (namespace ``ops``): ``/ops/``
+"""Operations pages (staff), included at the site's root (namespace ``switchyard_ops``): ``/ops/``
 dashboard, ``/ops/radar/`` and its actions; ``/metrics`` for Prometheus (bearer token, see
 ``workflows.views.dashboard.metrics``)."""
 
@@ -6,7 +6,7 @@ from django.urls import path
 
 from workflows.views import dashboard, radar
 
-app_name = "ops"
+app_name = "switchyard_ops"
 
 urlpatterns = [
     path("ops/", dashboard.dashboard, name="dashboard"),

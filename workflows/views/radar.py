@@ -215,7 +215,7 @@ def retry(request: HttpRequest) -> HttpResponse:
         messages.success(
             request, _("Retry recorded for run %(run)s; the executor picks it up next.") % {"run": str(run_id)[:8]}
         )
-    return HttpResponseRedirect(reverse("ops:radar") + "#dead")
+    return HttpResponseRedirect(reverse("switchyard_ops:radar") + "#dead")
 
 
 # --- bulk actions ---------------------------------------------------------------------------
@@ -231,14 +231,14 @@ def bulk(request: HttpRequest) -> HttpResponse:
     action = request.POST.get("action", "")
     if action not in ACTIONS:
         messages.error(request, _("Choose Retry selected or Cancel selected."))
-        return HttpResponseRedirect(reverse("ops:radar"))
+        return HttpResponseRedirect(reverse("switchyard_ops:radar"))
     label, capability = ACTIONS[action]
     if not _can(request, capability):
         return access.forbidden(request, capability)
     runs = queries.runs_for_action(run_ids=request.POST.getlist("run")[:BULK_LIMIT])
     if not runs:
         messages.error(request, _("Select at least one run first."))
-        return HttpResponseRedirect(reverse("ops:radar"))
+        return HttpResponseRedirect(reverse("switchyard_ops:radar"))
     error = ""
     reason = " ".join(request.POST.get("reason", "").split())[:255]
     if "apply" in request.POST:
@@ -249,7 +249,7 @@ def bulk(request: HttpRequest) -> HttpResponse:
             error = _("Give a reason for the cancellation (it is kept in each run's history).")
         else:
             _apply(request, action, runs, reason)
-            return HttpResponseRedirect(reverse("ops:radar"))
+            return HttpResponseRedirect(reverse("switchyard_ops:radar"))
     context = {
         "action": action,
         "label": label,
@@ -343,7 +343,7 @@ def reconcile(request: HttpRequest, command_id: int) -> HttpResponse:
                     _("Command %(id)s reconciled (%(action)s); the executor picks it up next.")
                     % {"id": command_id, "action": action},
                 )
-                return HttpResponseRedirect(reverse("ops:radar") + "#unknown")
+                return HttpResponseRedirect(reverse("switchyard_ops:radar") + "#unknown")
     context = {
         "item": item,
         "run_url": run_url(item["run_id"]),

@@ -87,10 +87,8 @@ CELERY_BROKER_URL = os.environ.get("ACME_BROKER_URL", "redis://127.0.0.1:6379/0"
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _folder = os.environ["ACME_BROKER_FOLDER"]
     CELERY_BROKER_TRANSPORT_OPTIONS = {"data_folder_in": _folder, "data_folder_out": _folder}
-CELERY_TASK_DEFAULT_QUEUE = "acme"
-CELERY_TASK_IGNORE_RESULT = True
-CELERY_TASK_ACKS_LATE = True
-CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("ACME_QUEUE", "acme")
+# no global task option: Switchyard's tasks carry their own (docs/install.md, step 4)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # JSON is Celery's default serializer and the only content it accepts: CELERY_TASK_SERIALIZER and
 # CELERY_ACCEPT_CONTENT are left out (under the CELERY namespace Celery reads them as its old
@@ -111,6 +109,11 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "workflows.api.errors.problem_exception_handler",
 }
 SPECTACULAR_SETTINGS = {"SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR", "REDOC_DIST": "SIDECAR"}
+
+# task notices link to the task page at SITE_URL; the console shows them
+EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+DEFAULT_FROM_EMAIL = "approvals@acme.test"
+SITE_URL = os.environ.get("ACME_SITE_URL", "http://127.0.0.1:8000")
 
 # --- Switchyard: every key has a default (docs/operations.md lists them) ------------------
 WORKFLOWS = {

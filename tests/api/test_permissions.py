@@ -14,8 +14,9 @@ from tests.api.conftest import SENTINEL, assert_problem
 
 pytestmark = pytest.mark.django_db
 
-RUN = str(uuid.uuid4())
-TASK = str(uuid.uuid4())
+# fixed ids: test ids hold them, and every pytest-xdist worker must collect the same tests
+RUN = str(uuid.UUID(int=0x77EE7431))
+TASK = str(uuid.UUID(int=0x07249846))
 
 # (method, path, body): every endpoint of the API
 ENDPOINTS = [

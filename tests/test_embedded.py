@@ -43,6 +43,9 @@ NOT_INHERITED = {
     "SWITCHYARD_EMBEDDED_DURABLE",
     "XDG_RUNTIME_DIR",
     "PYTEST_CURRENT_TEST",
+    # the suite's pytest-xdist worker and the broker folder it was given (config/testing.py)
+    "PYTEST_XDIST_WORKER",
+    "SWITCHYARD_BROKER_FOLDER",
 }
 
 # A local process: loads the settings (which start or join the embedded server), says which

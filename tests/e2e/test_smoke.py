@@ -34,6 +34,9 @@ NOT_INHERITED = {
     "XDG_RUNTIME_DIR",
     "DJANGO_ALLOW_ASYNC_UNSAFE",
     "PYTEST_CURRENT_TEST",
+    # the suite's pytest-xdist worker and the broker folder it was given (config/testing.py)
+    "PYTEST_XDIST_WORKER",
+    "SWITCHYARD_BROKER_FOLDER",
     "PORT",
     "HOST",
     "DEBUG",

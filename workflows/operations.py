@@ -1117,11 +1117,14 @@ def expire_idempotency_keys(*, days: int | None = None, max_batches: int | None 
 
 def apply_retention() -> dict[str, int]:
     """One round of the beat's retention: at most ``MAX_BATCHES_PER_TASK`` batches of the
-    policy's runs (archived to ``ARCHIVE_DIR`` when set) and of expired idempotency keys."""
+    policy's runs (archived to ``ARCHIVE_DIR`` when set) and of expired idempotency keys. The
+    keys expire whatever the purge does: a purge that fails is raised after them."""
     settings = conf.get().RETENTION
     limit = int(settings.MAX_BATCHES_PER_TASK)
-    report = purge_runs(archive_dir=settings.ARCHIVE_DIR or None, max_batches=limit)
-    keys = expire_idempotency_keys(max_batches=limit)
+    try:
+        report = purge_runs(archive_dir=settings.ARCHIVE_DIR or None, max_batches=limit)
+    finally:
+        keys = expire_idempotency_keys(max_batches=limit)
     return {"runs": report.runs, "keys": keys, "more": int(report.more)}
 
 

@@ -1068,7 +1068,9 @@ def _creator_may(operation: dict[str, Any], actor: actors.Actor) -> bool:
 
 def bulk_operations_stalled() -> list[int]:
     """Open bulk operations without a committed batch for ``BULK.STALLED_SECONDS`` (a lost
-    message or a killed worker): the sweep sends them to a worker again."""
+    message or a killed worker) and no resuming message queued: the sweep sends them to a
+    worker again. Each answered is leased to that message for as long again (the caller sends
+    it after commit), so it is answered once per lease, not at every sweep."""
     from workflows import conf
     from workflows.engine import bulk_ops
 

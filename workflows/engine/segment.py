@@ -50,7 +50,6 @@ from workflows.engine.settlement import REQUEUE, Settle, actor_of, completed, fa
 from workflows.exceptions import ExpressionFailed
 from workflows.models import ENDED_STATUSES, CommandKind, CommandStatus, RunStatus, TaskStatus
 
-
 Busy = locks.Busy  # the run's execution lock, or a called run's, is held by another transaction
 
 

@@ -4,6 +4,7 @@
     python3 dev.py bench --quick    # a smoke run (about a minute)
     python3 dev.py bench --help     # every option
     python3 dev.py bench migrate-apply [--migrate-n 5000]   # only the background apply rate
+    python3 dev.py bench burst [--broker redis] [--burst-runs 2000]   # decisions during a backlog
 
 On the machine's PostgreSQL (``DATABASE_URL``, default
 postgres://postgres@127.0.0.1:5432/switchyard_bench; the bench creates and drops its own
@@ -47,7 +48,8 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 
-import measure  # noqa: E402  (bench/ is on sys.path as this script's folder)
+import burst  # noqa: E402  (bench/ is on sys.path as this script's folder)
+import measure  # noqa: E402
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/switchyard_bench"
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/5"
@@ -98,11 +100,13 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "only",
         nargs="?",
-        choices=["all", "migrate-apply", "migrate-dialog"],
+        choices=["all", "migrate-apply", "migrate-dialog", "burst"],
         default="all",
         help="everything (default), or only one figure: migrate-apply (the Migrate dialog's background "
-        "apply rate) or migrate-dialog (its render time; no workers, about 3 minutes)",
+        "apply rate), migrate-dialog (its render time; no workers, about 3 minutes) or burst (decision "
+        "latency and broker queue during a backlog of API starts, bench/burst.py)",
     )
+    burst.add_arguments(ap)
     ap.add_argument(
         "--dialog-sizes",
         help="parked runs for the Migrate dialog figure, comma-separated (default 1000,100000; quick 1000,10000)",
@@ -189,6 +193,8 @@ def main() -> int:
         return 0
     if args.only == "migrate-apply":
         return run_migrate_apply(args, server_url, dbname, broker, env)
+    if args.only == "burst":
+        return burst.main(args, server_url, env, setup_django, say)
     return run_bench(args, server_url, dbname, broker, env)
 
 

@@ -51,7 +51,6 @@ RECORD_DELETED = "record deleted"
 MAX_ATTEMPTS = 5  # retryable failures before a capture is FAILED
 RETRY_BASE_SECONDS = 2
 RETRY_MAX_SECONDS = 300
-STALE_PENDING_SECONDS = 5  # a PENDING capture this old lost its message: the sweep sends it again
 SWEEP_BATCH = 200
 RETENTION_BATCH = 1000
 ERROR_LIMIT = 1000
@@ -82,7 +81,8 @@ class TriggerFailed(WorkflowError):
 # than the start of a transaction that claims in it.)
 CLAIM = (
     "UPDATE capture_captures SET status = 'DISPATCHING', claim_token = %s, claimed_by = %s, "
-    "attempts = attempts + 1, lease_until = now() + make_interval(secs => %s), updated_at = now() "
+    "attempts = attempts + 1, lease_until = now() + make_interval(secs => %s), updated_at = now(), "
+    "enqueued_until = NULL "
     "WHERE id = %s AND status = 'PENDING' AND available_at <= clock_timestamp() RETURNING id"
 )
 # -- name: renew_lease
@@ -133,12 +133,16 @@ RECOVER = (
     "FROM marked WHERE c.id = marked.id RETURNING c.id, c.status"
 )
 # -- name: stale_pending
-# PENDING captures whose message should long have arrived; bumping available_at spaces re-sends.
+# PENDING captures whose message should long have arrived: none is presumed queued any more
+# (the one sent when it became available: until available_at + the lease; one the sweep sent:
+# until enqueued_until). Each is leased to the message the sweep sends now (at most one queued
+# per capture, however long the queue).
 STALE = (
-    "UPDATE capture_captures SET available_at = now(), updated_at = now() WHERE id IN ("
-    "  SELECT id FROM capture_captures WHERE status = 'PENDING' "
-    "  AND available_at < now() - make_interval(secs => %s) ORDER BY available_at LIMIT %s "
-    "  FOR UPDATE SKIP LOCKED) RETURNING id"
+    "UPDATE capture_captures SET enqueued_until = now() + make_interval(secs => %(lease)s), updated_at = now() "
+    "WHERE id IN ("
+    "  SELECT id FROM capture_captures WHERE status = 'PENDING' AND available_at <= now() "
+    "  AND coalesce(enqueued_until, available_at + make_interval(secs => %(lease)s)) <= now() "
+    "  ORDER BY available_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) RETURNING id"
 )
 # -- name: purge_dispatched
 RETENTION = (
@@ -409,10 +413,12 @@ def recover_expired() -> list[tuple[int, str]]:
 
 
 def stale_pending() -> list[int]:
-    """PENDING captures whose dispatch message seems lost (they are sent again)."""
+    """PENDING captures whose dispatch message seems lost (its lease, EXECUTOR.MESSAGE_LEASE_SECONDS,
+    ended): each is leased to the message the caller sends again."""
+    lease = int(conf.get().EXECUTOR.MESSAGE_LEASE_SECONDS)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(STALE, [STALE_PENDING_SECONDS, SWEEP_BATCH])
-        return [int(r[0]) for r in cursor.fetchall()]
+        cursor.execute(STALE, {"lease": lease, "limit": SWEEP_BATCH})
+        return sorted(int(r[0]) for r in cursor.fetchall())
 
 
 def purge_dispatched(days: int | None = None) -> int:

@@ -63,6 +63,10 @@ class Capture(models.Model):
     lease_until = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     available_at = models.DateTimeField(db_default=Now())
+    # until when a dispatch message the sweep sent is presumed queued (NULL: the message sent
+    # when it became available, presumed queued until available_at + MESSAGE_LEASE_SECONDS); a
+    # claim consumes it. The sweep sends another only after that (at most one queued).
+    enqueued_until = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=1000, blank=True, default="")
     effect_started_at = models.DateTimeField(_("effect marker"), null=True, blank=True)
     runs_started = json_field(default=list, blank=True)  # ids of the runs the dispatch recorded

@@ -34,6 +34,9 @@ SPEC: dict[str, dict[str, tuple[Any, Any, type]]] = {
         "CLAIM_BATCH": (16, 1, int),
         "DRAIN_SECONDS": (20, 1, int),
         "MAX_CALL_DEPTH": (16, 1, int),
+        # how long a message the sweep sent for a piece of work (an outbox delivery) is
+        # presumed queued: the sweep sends no second one before, and recovers a lost one after
+        "MESSAGE_LEASE_SECONDS": (60, 1, int),
     },
     "DEFINITIONS": {
         "MAX_DOCUMENT_SIZE_BYTES": (262144, 1024, int),

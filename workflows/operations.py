@@ -1068,7 +1068,9 @@ def _creator_may(operation: dict[str, Any], actor: actors.Actor) -> bool:
 
 def bulk_operations_stalled() -> list[int]:
     """Open bulk operations without a committed batch for ``BULK.STALLED_SECONDS`` (a lost
-    message or a killed worker): the sweep sends them to a worker again."""
+    message or a killed worker) and no resuming message queued: the sweep sends them to a
+    worker again. Each answered is leased to that message for as long again (the caller sends
+    it after commit), so it is answered once per lease, not at every sweep."""
     from workflows import conf
     from workflows.engine import bulk_ops
 
@@ -1117,11 +1119,14 @@ def expire_idempotency_keys(*, days: int | None = None, max_batches: int | None 
 
 def apply_retention() -> dict[str, int]:
     """One round of the beat's retention: at most ``MAX_BATCHES_PER_TASK`` batches of the
-    policy's runs (archived to ``ARCHIVE_DIR`` when set) and of expired idempotency keys."""
+    policy's runs (archived to ``ARCHIVE_DIR`` when set) and of expired idempotency keys. The
+    keys expire whatever the purge does: a purge that fails is raised after them."""
     settings = conf.get().RETENTION
     limit = int(settings.MAX_BATCHES_PER_TASK)
-    report = purge_runs(archive_dir=settings.ARCHIVE_DIR or None, max_batches=limit)
-    keys = expire_idempotency_keys(max_batches=limit)
+    try:
+        report = purge_runs(archive_dir=settings.ARCHIVE_DIR or None, max_batches=limit)
+    finally:
+        keys = expire_idempotency_keys(max_batches=limit)
     return {"runs": report.runs, "keys": keys, "more": int(report.more)}
 
 

@@ -91,7 +91,7 @@ def sweep() -> int:
         return 0
     with transaction.atomic():  # one transaction for both, not one each (every 2 s)
         recovered = executor.recover_expired_runs()
-        due = outbox.due_intents()
+        due = outbox.intents_to_send()  # only those with no delivery message queued (a lease each)
     for intent_id in due:
         deliver.delay(intent_id)
     for operation_id in operations.bulk_operations_stalled():

@@ -282,9 +282,10 @@ def test_the_sweep_sends_pending_captures_whose_message_was_lost(deploy, no_mess
     deploy()
     order()
     capture = Capture.objects.get()
-    assert dispatch.stale_pending() == []
-    sql("UPDATE capture_captures SET available_at = now() - interval '1 minute'", [])
+    assert dispatch.stale_pending() == []  # its message is presumed queued (MESSAGE_LEASE_SECONDS)
+    sql("UPDATE capture_captures SET available_at = now() - interval '5 minutes'", [])
     assert dispatch.stale_pending() == [capture.pk]
+    assert dispatch.stale_pending() == []  # the message sent again is queued: no second one
 
 
 @pytest.mark.django_db

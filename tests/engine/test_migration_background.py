@@ -181,6 +181,8 @@ def test_the_sweep_sends_a_task_for_a_record_whose_lease_lapsed(parked: list[str
         )
     tasks.sweep()
     assert sent == [record_id]
+    tasks.sweep()
+    assert sent == [record_id]  # its message is queued (leased): the next sweeps send no second one
     # the task the sweep sent applies the record; a finished record is not sent again
     assert tasks.migration_apply(record_id) == "done"
     sent.clear()

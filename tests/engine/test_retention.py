@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.test import override_settings
 from django.utils import timezone
 
@@ -21,6 +21,8 @@ from tests.engine.test_forks_and_calls import CHILD, MIDDLE, fork_doc
 from workflows import conf, operations, tasks
 from workflows.engine import outbox, retention
 from workflows.models import (
+    BulkOperation,
+    BulkOperationItem,
     Command,
     Dedup,
     DefinitionVersion,
@@ -30,6 +32,7 @@ from workflows.models import (
     Run,
     SegmentLog,
     Task,
+    WebhookAttempt,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -266,25 +269,27 @@ def test_the_archive_replays_to_the_stored_state(world: dict[str, Any], tmp_path
 
 
 def test_a_crash_after_the_archive_loses_no_run(world: dict[str, Any], tmp_path: Path, monkeypatch: Any) -> None:
-    """Killed between the fsynced archive and the commit: the rows stay, the next purge
-    archives them again, and the archive holds them twice but restores them once."""
+    """Killed between the fsynced archive and the commit: the rows stay, and the next purge of
+    the same runs replaces that file (named by its runs) rather than writing a second copy."""
     stored = rows_of(world["ended"])
     real_write = retention.write_archive
 
-    def write_then_die(directory: Any, lines: list[str]) -> Path:
-        real_write(directory, lines)
+    def write_then_die(directory: Any, lines: list[str], **kwargs: Any) -> Path:
+        real_write(directory, lines, **kwargs)
         raise SystemExit("worker killed")
 
     monkeypatch.setattr(retention, "write_archive", write_then_die)
     with pytest.raises(SystemExit):
         operations.purge_runs(ended_before=timezone.now(), archive_dir=str(tmp_path))
     assert rows_of(world["ended"]) == stored  # the batch rolled back
+    (first,) = tmp_path.glob("runs-*.jsonl")
     monkeypatch.setattr(retention, "write_archive", real_write)
-    assert operations.purge_runs(ended_before=timezone.now(), archive_dir=str(tmp_path)).runs == 4
-    files = sorted(tmp_path.glob("runs-*.jsonl"))
-    assert sum(len(p.read_text().splitlines()) for p in files) == 8  # every run twice
-    report = operations.restore_runs(paths=[str(p) for p in files])
-    assert (report.runs, report.skipped) == (4, 4)
+    report = operations.purge_runs(ended_before=timezone.now(), archive_dir=str(tmp_path))
+    assert report.runs == 4 and report.archives == [str(first)]  # the same runs: the same file, replaced
+    files = sorted(tmp_path.glob("runs-*"))
+    assert files == [first] and len(first.read_text().splitlines()) == 4  # every run once
+    restored = operations.restore_runs(paths=[str(p) for p in files])
+    assert (restored.runs, restored.skipped) == (4, 0)
     assert rows_of(world["ended"]) == stored
 
 
@@ -394,3 +399,152 @@ def test_the_retention_task_is_on_the_beat(settings: Any) -> None:
     entries = {entry["task"]: entry for entry in settings.CELERY_BEAT_SCHEDULE.values()}
     assert entries["workflows.retention"]["schedule"] == 3600.0
     assert tasks.retention.name == "workflows.retention"
+
+
+# --- every foreign key that reaches a run -------------------------------------------------
+
+
+def foreign_keys_reaching_runs() -> set[tuple[str, str]]:
+    """(table, column) of every foreign key, in the models of every installed app, that reaches
+    the runs table: pointing at it, or at a model whose rows reach it (commands, outbox
+    intents, ...), followed until nothing new is found."""
+    from django.apps import apps
+
+    models = [m for m in apps.get_models(include_auto_created=True) if not m._meta.proxy]
+    reaching: set[Any] = {Run}
+    found: set[tuple[str, str]] = set()
+    grew = True
+    while grew:
+        grew = False
+        for model in models:
+            for f in model._meta.get_fields():
+                if not (f.is_relation and f.concrete and (f.many_to_one or f.one_to_one)):
+                    continue
+                if f.related_model in reaching and (model._meta.db_table, f.column) not in found:
+                    found.add((model._meta.db_table, f.column))
+                    if model not in reaching:
+                        reaching.add(model)
+                    grew = True
+    return found
+
+
+def test_every_foreign_key_that_reaches_a_run_is_handled_by_the_purge() -> None:
+    found = foreign_keys_reaching_runs()
+    assert ("workflow_bulk_operation_items", "run_id") in found  # the enumeration reaches them
+    assert ("workflow_webhook_attempts", "intent_id") in found  # through the outbox intent
+    missing = found - set(retention.REFERENCES)
+    assert not missing, f"foreign keys to runs the purge does not handle: {sorted(missing)}"
+    tables = dict(retention.TABLES)
+    delete = retention.SQL.delete_rows
+    archive = retention.SQL.archive_lines
+    for (table, _column), how in retention.REFERENCES.items():
+        if how == "candidates":
+            continue
+        assert tables[how] == table
+        assert f"DELETE FROM {table} " in delete, table
+        assert f"'{how}'" in archive and f"FROM {table} " in archive, table
+
+
+WEBHOOK_URL = "https://hooks.invalid/switchyard"  # never resolves: each delivery dies at its first attempt
+
+
+@pytest.fixture
+def used(deploy: Any, drain: Any) -> dict[str, Any]:
+    """Ended runs that bulk operations and webhook deliveries touched, 40 days old."""
+    deploy(APPROVAL)
+    operations.webhook_create(url=WEBHOOK_URL, events=["run.started", "run.completed", "run.cancelled"])
+    completed = [
+        operations.start(definition_id="approval", payload={"number": f"C-{i}", "total": 10}).run_id for i in range(2)
+    ]
+    waiting = [
+        operations.start(definition_id="approval", payload={"number": f"W-{i}", "total": 5000}).run_id for i in range(3)
+    ]
+    drain()
+    operation = operations.bulk_operation_create(action="cancel", run_ids=waiting[:2], reason="bulk")
+    while not operations.bulk_operation_apply_batch(operation_id=operation).done:
+        pass
+    drain()
+    deliver_due()
+    drain()
+    deliver_due()
+    ended = [*completed, *waiting[:2]]
+    assert {Run.objects.get(pk=r).status for r in ended} == {"COMPLETED", "CANCELLED"}
+    assert BulkOperationItem.objects.filter(run_id__in=waiting[:2]).count() == 2
+    assert WebhookAttempt.objects.filter(intent__run_id__in=ended).count() >= 6
+    for run_id in ended:
+        age(run_id)
+    return {"ended": [str(r) for r in ended], "live": str(waiting[2]), "operation": operation}
+
+
+def test_purge_runs_after_bulk_operations_and_webhooks(used: dict[str, Any], tmp_path: Path) -> None:
+    stored = rows_of(used["ended"])
+    live = rows_of([used["live"]])
+    out = _call("purge_runs", "--ended-before", "2999-01-01", "--archive-dir", str(tmp_path), "--batch-size", "3")
+    assert "purged 4 run(s) in 2 batch(es)" in out
+    assert "bulk_items: 2" in out and "webhook_attempts:" in out
+    assert not Run.objects.filter(pk__in=used["ended"]).exists()
+    assert not BulkOperationItem.objects.filter(run_id__in=used["ended"]).exists()
+    assert not WebhookAttempt.objects.filter(intent__run_id__in=used["ended"]).exists()
+    assert rows_of([used["live"]]) == live
+    assert orphans() == {}
+    assert BulkOperation.objects.filter(pk=used["operation"]).exists()  # the operator's record stays
+
+    # the archive holds every row, bulk items and delivery attempts included, and restores them
+    operations.restore_runs(paths=[str(p) for p in sorted(tmp_path.glob("runs-*.jsonl"))])
+    assert rows_of(used["ended"]) == stored
+
+
+def test_the_retention_task_after_bulk_operations_and_webhooks(
+    used: dict[str, Any], retention_settings: Any, tmp_path: Path, caplog: Any
+) -> None:
+    retention_settings(ENDED_RUNS_DAYS=30, ARCHIVE_DIR=str(tmp_path))
+    Dedup.objects.update(created_at=timezone.now() - timedelta(days=8))
+    keys = Dedup.objects.count()
+    caplog.set_level("INFO", logger="workflows.retention")
+    first = tasks.retention.run()
+    assert first == {"runs": 4, "keys": keys, "more": 0}
+    assert tasks.retention.run() == {"runs": 0, "keys": 0, "more": 0}
+    assert not Run.objects.filter(pk__in=used["ended"]).exists()
+    assert Run.objects.filter(pk=used["live"]).exists()
+    assert orphans() == {}
+    assert len(list(tmp_path.glob("runs-*.jsonl"))) == 1
+    assert [r.getMessage() for r in caplog.records if "purged" in r.getMessage()] == ["purged 4 run(s)"]
+
+
+@pytest.fixture
+def unhandled_reference() -> Any:
+    """A table the purge does not know, whose deferred foreign key to the runs fails every
+    batch at commit (what bulk-operation items and webhook attempts did before)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "CREATE TABLE test_unhandled_run_ref (run_id uuid NOT NULL REFERENCES workflow_runs (id) "
+            "DEFERRABLE INITIALLY DEFERRED)"
+        )
+
+    def refer(run_ids: list[str]) -> None:
+        with connection.cursor() as cur:
+            cur.executemany("INSERT INTO test_unhandled_run_ref VALUES (%s)", [[r] for r in run_ids])
+
+    yield refer
+    with connection.cursor() as cur:
+        cur.execute("DROP TABLE test_unhandled_run_ref")
+
+
+def test_a_batch_that_fails_at_commit_leaves_no_archive_and_keys_still_expire(
+    world: dict[str, Any], retention_settings: Any, tmp_path: Path, unhandled_reference: Any, caplog: Any
+) -> None:
+    retention_settings(ENDED_RUNS_DAYS=30, ARCHIVE_DIR=str(tmp_path))
+    unhandled_reference(world["ended"])
+    Dedup.objects.filter(key="k-open").update(created_at=timezone.now() - timedelta(days=8))
+    stored = rows_of(world["ended"])
+    caplog.set_level("INFO", logger="workflows.retention")
+    for _round in range(2):
+        with pytest.raises(IntegrityError):
+            tasks.retention.run()
+        assert list(tmp_path.iterdir()) == []  # the rolled-back batch's file is gone, no copy piles up
+    assert rows_of(world["ended"]) == stored
+    assert not Dedup.objects.filter(key="k-open").exists()  # expired although the purge failed
+    assert not [r for r in caplog.records if "purged" in r.getMessage()]  # nothing claimed purged
+    with pytest.raises(IntegrityError):
+        _call("purge_runs", "--ended-before", "2999-01-01", "--archive-dir", str(tmp_path))
+    assert list(tmp_path.iterdir()) == []

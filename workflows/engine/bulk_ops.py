@@ -176,8 +176,11 @@ def _apply_one(
 
 
 def stalled(*, idle_seconds: float, limit: int = 100) -> list[int]:
-    """Open operations without a committed batch for ``idle_seconds`` (the sweep resumes them)."""
-    return [int(row[0]) for row in db.fetchall(SQL.stalled, [float(idle_seconds), int(limit)])]
+    """Open operations without a committed batch for ``idle_seconds`` and no resuming message
+    queued, each leased (``enqueued_until``, ``idle_seconds``) to the message the caller (the
+    sweep) sends: at most one queued per operation; a lost one is sent again after its lease."""
+    rows = db.fetchall(SQL.stalled, {"idle": float(idle_seconds), "limit": int(limit)})
+    return sorted(int(row[0]) for row in rows)
 
 
 def counts(operation_id: int) -> dict[str, int]:

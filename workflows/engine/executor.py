@@ -13,9 +13,11 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, cast
 
 from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.utils import timezone
 
 from workflows import conf
 from workflows.definitions.plan import Plan
@@ -32,10 +34,17 @@ from workflows.engine import (
     segment,
     settlement,
     sql,
+    wakeups,
 )
 from workflows.engine.context import DeadlineExceeded, DeterministicFailure, InitialisationFailed, StepLimitExceeded
 from workflows.engine.rows import CommandRow, RunRow
-from workflows.exceptions import DefinitionError, UnknownTypeName, VersionNotRunnable, WorkflowError
+from workflows.exceptions import (
+    DefinitionError,
+    InstanceNotFound,
+    UnknownTypeName,
+    VersionNotRunnable,
+    WorkflowError,
+)
 from workflows.models import ENDED_STATUSES, LIVE_STATUSES, CommandKind, CommandStatus, RunStatus
 
 log = logging.getLogger("workflows.engine")
@@ -186,6 +195,11 @@ def _claim_statement(statement: str, params: Any) -> dict[str, Any] | None:
     return db.fetchdict(statement.format(async_commit=ASYNC_COMMIT), params, prepared=True)
 
 
+# what ``_claim`` answers for a head it settled (or dead-lettered) at its claim: progress,
+# nothing to run
+SETTLED_AT_CLAIM = "SETTLED"
+
+
 def claim(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | None:
     """Claim a head. The common case is one autocommitted statement (try-lock the live run,
     re-check the head, spend an attempt, token and database-timed lease); anything else —
@@ -193,6 +207,13 @@ def claim(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | None:
 
     Answers the claim token, or None when nothing is to be run (busy, gone, settled here).
     """
+    token = _claim(head, lease_seconds=lease_seconds, max_attempts=max_attempts)
+    return None if token == SETTLED_AT_CLAIM else token
+
+
+def _claim(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | None:
+    """``claim``, telling a head settled at its claim (``SETTLED_AT_CLAIM``: the drain goes on
+    to the run's next command) from nothing done (None: busy or gone)."""
     token = uuid.uuid4()
     try:
         row = _claim_statement(CLAIM_FAST, [head.run_id, token, executor_id(), lease_seconds, head.id, max_attempts])
@@ -207,7 +228,10 @@ def claim(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | None:
 
 def _claim_slow(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | None:
     with transaction.atomic():
-        run = locks.try_lock_run(head.run_id)
+        try:
+            run = locks.try_lock_run(head.run_id)
+        except InstanceNotFound:  # purged since it was peeked
+            return None
         if run is None:
             return None
         cmd = cast(CommandRow | None, db.fetchdict(_HEAD_FOR_CLAIM, [head.id]))
@@ -216,10 +240,10 @@ def _claim_slow(head: Head, *, lease_seconds: int, max_attempts: int) -> Any | N
         decision = segment.outcome_of(run, cmd)
         if decision in (outcomes.REJECT, outcomes.STALE, outcomes.CANCEL):
             _settle_at_claim(run, cmd, decision)
-            return None
+            return SETTLED_AT_CLAIM
         if cmd["attempts"] >= max_attempts:
             _dead_letter(run, cmd)
-            return None
+            return SETTLED_AT_CLAIM
         token = uuid.uuid4()
         db.execute(SQL.claim, [token, executor_id(), lease_seconds, cmd["id"]])
         return token
@@ -377,9 +401,11 @@ def process(head: Head) -> str:
             defer(head)
             return "DEFERRED"
     started = time.monotonic()
-    token = claim(head, lease_seconds=settings.LEASE_SECONDS, max_attempts=settings.MAX_ATTEMPTS)
+    token = _claim(head, lease_seconds=settings.LEASE_SECONDS, max_attempts=settings.MAX_ATTEMPTS)
     if token is None:
         return "SKIPPED"
+    if token == SETTLED_AT_CLAIM:
+        return SETTLED_AT_CLAIM  # progress: the drain looks for the run's next command at once
     return _execute(head, token, plan, started)[0]
 
 
@@ -550,9 +576,10 @@ def drain(
 
 
 def claim_run_head(run_id: Any) -> tuple[Head, Any] | str:
-    """Claim the head of one run in one statement: (head, token); otherwise "IDLE" (a busy
-    run, a run gone, nothing runnable now) or "FULL_PATH" (an ended or failed run, a head whose
-    attempts are spent: the full claim settles or dead-letters it)."""
+    """Claim the head of one run in one statement: (head, token); otherwise "IDLE" (a run
+    gone, nothing runnable now), "BUSY" (another transaction holds the run's lock) or
+    "FULL_PATH" (an ended or failed run, a head whose attempts are spent: the full claim
+    settles or dead-letters it)."""
     token = uuid.uuid4()
     # carried marks ride only on a claim that is its own transaction
     marks = [] if connection.in_atomic_block else outbox.take_marks()
@@ -562,7 +589,7 @@ def claim_run_head(run_id: Any) -> tuple[Head, Any] | str:
     except BaseException as exc:
         outbox.restore_marks(marks)
         if isinstance(exc, DatabaseError) and db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
-            return "IDLE"  # the holder is a segment of this run (it looks again) or a recording (it wakes)
+            return "BUSY"  # another transaction holds the run: the wake-up is sent again (``_drain_run``)
         raise
     claimed = _claimed_head(row)
     return claimed if isinstance(claimed, str) else (claimed, token)
@@ -595,7 +622,7 @@ def _claimed_head(row: dict[str, Any] | None) -> Head | str:
 
 class NotClaimed(Exception):
     """The claim that travelled with a segment's first statements found nothing to run here:
-    ``why`` is "IDLE" or "FULL_PATH" (as ``claim_run_head``), "DEFER" (claimed, but this node
+    ``why`` is "IDLE", "BUSY" or "FULL_PATH" (as ``claim_run_head``), "DEFER" (claimed, but this node
     cannot build the plan) or "FAULT" (the after_claim fault point fired: ``error``)."""
 
     def __init__(self, why: str, error: BaseException | None = None) -> None:
@@ -626,7 +653,7 @@ class _Claiming:
         except BaseException as exc:
             outbox.restore_marks(self.marks)  # nothing was committed
             if isinstance(exc, DatabaseError) and db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
-                raise NotClaimed("IDLE") from None
+                raise NotClaimed("BUSY") from None
             raise
         claimed = _claimed_head(found.claim)
         if isinstance(claimed, str):
@@ -650,7 +677,7 @@ class _Claiming:
 
 def _claim_and_execute(run_id: Any, started: float) -> tuple[str, bool] | str:
     """Claim the run's head and run its segment, the claim sent with the segment's first
-    statements: (outcome, more), or "IDLE" / "FULL_PATH" / "DEFERRED"."""
+    statements: (outcome, more), or "IDLE" / "BUSY" / "FULL_PATH" / "DEFERRED"."""
     claiming = _Claiming(run_id)
     try:
         return _execute(None, claiming.token, None, started, claiming)
@@ -683,6 +710,17 @@ def drain_run(run_id: Any, *, budget_seconds: float = 20.0) -> int:
     return done
 
 
+# A wake-up that finds its run's lock held by another transaction is sent again this much
+# later, never dropped: the holder may record nothing and send no wake-up of its own (a replay
+# of a duplicate key, a refused call, a reassignment), and the command would wait for the
+# sweep. A segment that held the lock until its deadline (``RELEASED``) is sent again too.
+BUSY_RETRY_SECONDS = 0.1
+
+
+def _wake_again(run_id: Any) -> None:
+    wakeups.wake(run_id, timezone.now() + timedelta(seconds=BUSY_RETRY_SECONDS))
+
+
 def _drain_run(run_id: Any, stop: float) -> int:
     done = 0
     while time.monotonic() < stop:
@@ -691,16 +729,25 @@ def _drain_run(run_id: Any, stop: float) -> int:
             result = _claim_and_execute(run_id, started)
             if result == "IDLE":
                 return done
+            if result == "BUSY":
+                _wake_again(run_id)
+                return done
             if result == "FULL_PATH":
                 return done + drain(run_id=run_id, budget_seconds=max(0.1, stop - time.monotonic()))
             if result == "DEFERRED":
                 return done + 1
+            if result[0] == "RELEASED":
+                _wake_again(run_id)
+                return done
             done += 1
             if not result[1]:
                 return done
             continue
         claimed = claim_run_head(run_id)
         if claimed == "IDLE":
+            return done
+        if claimed == "BUSY":
+            _wake_again(run_id)
             return done
         if isinstance(claimed, str):
             return done + drain(run_id=run_id, budget_seconds=max(0.1, stop - time.monotonic()))
@@ -711,7 +758,10 @@ def _drain_run(run_id: Any, stop: float) -> int:
             _release(head.id, token)
             defer(head)
             return done + 1
-        _outcome, more = _execute(head, token, plan, started)
+        outcome, more = _execute(head, token, plan, started)
+        if outcome == "RELEASED":
+            _wake_again(run_id)
+            return done
         done += 1
         if not more:
             return done

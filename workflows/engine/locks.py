@@ -35,6 +35,11 @@ OPEN_THINGS_BESIDE_THE_DECISION = sql.load("teardown").open_things_beside_the_de
 OPEN_THINGS_BESIDE_A_CLAIMED_DECISION = sql.load("teardown").open_things_beside_a_claimed_decision
 
 
+class Busy(Exception):
+    """A run's execution lock is held by another transaction (an executor never waits on it:
+    its segment rolls back and is tried again, ``executor._execute``)."""
+
+
 @contextmanager
 def _waiting_lock() -> Iterator[None]:
     """A lock wait that timed out (or deadlocked) is the run being busy: retry the transaction."""
@@ -73,6 +78,27 @@ def lock_run(run_id: UUID | str) -> RunRow:
     with _waiting_lock():
         data, _ = pipeline.fetchdict_batch([(LOCK_RUN, [f"{int(timeout_ms)}ms", run_id]), (RESTORE_LOCK_TIMEOUT, ())])
     return _locked(data)
+
+
+def lock_called_run(run_id: UUID | str, *, executor: bool) -> RunRow:
+    """Lock a run this run called, to tear it down (caller before child: the lock order). A
+    recording (``executor`` False: a cancel through the API) waits at most LOCK_TIMEOUT_MS;
+    an executor's segment never waits: a busy called run raises ``Busy`` (the transaction is
+    aborted) and the segment is tried again once the lock may be free."""
+    if not executor:
+        return lock_run(run_id)
+    try:
+        (data,) = pipeline.fetchdict_batch([(TRY_LOCK_RUN, [run_id])])
+    except DatabaseError as exc:
+        if db.sqlstate(exc) == db.LOCK_NOT_AVAILABLE:
+            from django.db import transaction
+
+            transaction.set_rollback(True)
+            raise Busy() from None
+        raise
+    if data is None:
+        raise InstanceNotFound("run not found")
+    return cast(RunRow, data)
 
 
 def try_lock_run(run_id: UUID | str, *, first: bool = True) -> RunRow | None:
@@ -182,6 +208,9 @@ def claim_and_lock(claim_sql: str, claim_params: Any, run_id: Any, token: Any, s
         if db.sqlstate(error) == db.LOCK_NOT_AVAILABLE:
             return Claimed(claim, None, None, None)
         return Claimed(claim, None, None, error)
+    if rows[0] is None:  # no such run (a wake-up naming a run never stored, or purged): nothing claimed
+        transaction.set_rollback(True)
+        return Claimed(claim, None, None, None)
     run, command = _locked_with_command(rows, with_task=True)
     if command is not None and command["kind"] != CommandKind.COMPLETION:
         command.pop("_task", None)

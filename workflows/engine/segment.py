@@ -50,9 +50,7 @@ from workflows.engine.settlement import REQUEUE, Settle, actor_of, completed, fa
 from workflows.exceptions import ExpressionFailed
 from workflows.models import ENDED_STATUSES, CommandKind, CommandStatus, RunStatus, TaskStatus
 
-
-class Busy(Exception):
-    """The run's execution lock is held by another transaction."""
+Busy = locks.Busy  # the run's execution lock, or a called run's, is held by another transaction
 
 
 class Fenced(Exception):

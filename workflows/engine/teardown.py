@@ -130,7 +130,7 @@ def _teardown_children(drive: Drive, *, reason: str, spare: Any = None, only: li
     for (child_id,) in children:
         if spare is not None and str(child_id) == str(spare):
             continue
-        child = locks.lock_run(child_id)
+        child = locks.lock_called_run(child_id, executor=bool(drive.executor_id))
         if child["status"] in ENDED_STATUSES:
             continue  # ended between the read and the lock
         cancel_locked(child, actor=drive.actor, reason=reason, executor_id=drive.executor_id)

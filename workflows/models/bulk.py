@@ -58,6 +58,8 @@ class BulkOperation(ActorColumns):
     finished_at = models.DateTimeField(null=True, blank=True)
     # the last progress (a batch committed): the sweep resumes an open record idle for too long
     updated_at = models.DateTimeField(auto_now_add=True)
+    # until when the message the sweep sent to resume it is presumed queued (no second one before)
+    enqueued_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "workflow_bulk_operations"

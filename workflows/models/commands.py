@@ -231,6 +231,11 @@ class OutboxIntent(models.Model):
     last_error = models.CharField(max_length=4000, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # Until when a delivery message sent by the sweep is presumed queued (its lease; NULL:
+    # the message sent after the intent's commit, presumed queued until created_at +
+    # EXECUTOR.MESSAGE_LEASE_SECONDS). A claim consumes it (set to the claim's time); the sweep
+    # sends another only for a due intent whose message is not presumed queued any more.
+    enqueued_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "workflow_outbox"

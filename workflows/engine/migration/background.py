@@ -145,8 +145,9 @@ def close(*, record_id: int, actor: Actor, reason: str) -> Progress:
 
 
 def due(*, limit: int = 100) -> list[int]:
-    """Records applying in the background that no live task holds (for the sweep)."""
-    return [int(r[0]) for r in db.fetchall(SQL.due, [limit])]
+    """Records applying in the background that no live task holds (for the sweep), each leased
+    to the message the sweep sends (one lease time): at most one queued per record."""
+    return sorted(int(r[0]) for r in db.fetchall(SQL.due, {"lease": _lease_seconds(), "limit": limit}))
 
 
 def run(*, record_id: int, budget_seconds: float, batch: int | None = None) -> str:
@@ -192,8 +193,13 @@ def run(*, record_id: int, budget_seconds: float, batch: int | None = None) -> s
             if state is None or state.left == left_before:  # every run it took was busy
                 time.sleep(BUSY_PAUSE_SECONDS)
             left_before = state.left if state is not None else left_before
+    except BaseException:
+        outcome = "failed"  # no next message follows: the sweep may send one at once
+        raise
     finally:
-        again = IDLE_RECHECK_SECONDS if outcome == "waiting" else 0.0
+        # "more": the caller sends the next message now, which the lease covers (no second
+        # one from the sweep while it is queued); "waiting": looked at again soon
+        again = {"waiting": IDLE_RECHECK_SECONDS, "more": float(lease)}.get(outcome, 0.0)
         try:
             with transaction.atomic():
                 db.execute(SQL.release, [again, record_id, token])

@@ -218,7 +218,7 @@ def _move(drive: Drive, cmd: CommandRow, target: dict[str, Any], target_scope: s
     wait["park"] = None  # closed above with where the run went; leaving must not close it again
     if wait.get("kind") == "call" and wait.get("child"):
         # the called run was started by the node being left; the target node starts its own
-        child = locks.lock_run(wait["child"])
+        child = locks.lock_called_run(wait["child"], executor=bool(drive.executor_id))
         if child["status"] not in ENDED_STATUSES:
             teardown.cancel_locked(child, actor=drive.actor, reason="caller migrated", executor_id=drive.executor_id)
     waits.leave(drive, "moved")

@@ -16,6 +16,7 @@ from workflows.engine.outbox.delivery import (
     due_intents,
     enable_carried_marks,
     flush_marks,
+    intents_to_send,
     restore_marks,
     take_marks,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "due_intents",
     "enable_carried_marks",
     "flush_marks",
+    "intents_to_send",
     "notice_recorded",
     "notice_statement",
     "notify_task",

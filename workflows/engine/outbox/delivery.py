@@ -304,5 +304,17 @@ def task_link(task_id: Any) -> str:
 
 
 def due_intents(limit: int = 100) -> list[int]:
+    """Every due intent (claimable now), whether a message for it is queued or not."""
     rows = db.fetchall(SQL.due_intents, [limit])
     return [int(r[0]) for r in rows]
+
+
+def intents_to_send(limit: int = 100) -> list[int]:
+    """Due intents with no delivery message queued (``enqueued_until``), each leased to the
+    message the caller sends after its transaction commits (the sweep): at most one queued
+    message per intent; one lost is sent again once its lease (MESSAGE_LEASE_SECONDS) ends."""
+    from workflows import conf
+
+    lease = int(conf.get().EXECUTOR.MESSAGE_LEASE_SECONDS)
+    rows = db.fetchall(SQL.intents_to_send, {"lease": lease, "limit": limit})
+    return sorted(int(r[0]) for r in rows)

@@ -49,12 +49,19 @@ WHERE o.id = %s AND o.status <> {BulkOperationStatus.DONE}
 RETURNING o.id
 
 -- name: stalled
--- Open operations without progress for longer than the given seconds (their worker died or
--- their message was lost), longest idle first.
-SELECT id FROM workflow_bulk_operations
-WHERE status IN ({OPEN_BULK_STATUSES}) AND updated_at < now() - make_interval(secs => %s)
-ORDER BY updated_at
-LIMIT %s
+-- Open operations without progress for longer than %(idle)s seconds (their worker died or
+-- their message was lost), longest idle first, that have no resuming message queued: each is
+-- given one (enqueued_until, leased for as long again; the caller sends it after commit), so
+-- a backlog never piles up a message per sweep. One held by a batch (locked) is skipped.
+UPDATE workflow_bulk_operations SET enqueued_until = now() + make_interval(secs => %(idle)s)
+WHERE id IN (
+    SELECT id FROM workflow_bulk_operations
+    WHERE status IN ({OPEN_BULK_STATUSES}) AND updated_at < now() - make_interval(secs => %(idle)s)
+        AND (enqueued_until IS NULL OR enqueued_until <= now())
+    ORDER BY updated_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED)
+RETURNING id
 
 -- name: counts
 -- The operation's items by status.

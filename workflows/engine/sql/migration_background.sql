@@ -30,18 +30,28 @@ WHERE id = %s AND lease_token = %s AND status = {MigrationRecordStatus.APPLYING}
 RETURNING id;
 
 -- name: release
--- The holder lets go; the sweep looks at the record again once ``lease_until`` has passed.
+-- The holder lets go; the sweep looks at the record again once ``lease_until`` has passed
+-- (one lease time when the holder's task sends the next message itself: "more").
 UPDATE workflow_migration_records SET lease_token = '',
     lease_until = clock_timestamp() + make_interval(secs => %s)
 WHERE id = %s AND lease_token = %s;
 
 -- name: due
 -- Records the sweep hands to a task: applying in the background with no live lease (a killed
--- worker's, a lost message's, or one whose last runs wait for the executor).
-SELECT id FROM workflow_migration_records
-WHERE status = {MigrationRecordStatus.APPLYING} AND background
-    AND (lease_until IS NULL OR lease_until < clock_timestamp())
-ORDER BY lease_until NULLS FIRST LIMIT %s;
+-- worker's, a lost message's, or one whose last runs wait for the executor). Each is given to
+-- the message the sweep sends after commit as the press gives it to its own: no holder, the
+-- lease for one lease time, so the next sweeps send no second message while it is queued (a
+-- lapsed holder's token goes: its renewal fails and it stops). SKIP LOCKED: a record a
+-- transaction holds is left to the next sweep.
+UPDATE workflow_migration_records SET lease_token = '',
+    lease_until = clock_timestamp() + make_interval(secs => %(lease)s)
+WHERE id IN (
+    SELECT id FROM workflow_migration_records
+    WHERE status = {MigrationRecordStatus.APPLYING} AND background
+        AND (lease_until IS NULL OR lease_until < clock_timestamp())
+    ORDER BY lease_until NULLS FIRST LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED)
+RETURNING id;
 
 -- name: lock_record
 SELECT id, status, background, total FROM workflow_migration_records WHERE id = %s FOR UPDATE;

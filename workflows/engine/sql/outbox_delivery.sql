@@ -3,9 +3,10 @@
 
 -- name: claim
 -- An intent that is due and unclaimed (or whose claim lapsed); compensations of one run go
--- out one at a time, in the order they were recorded.
+-- out one at a time, in the order they were recorded. The claim consumes the message that
+-- brought it (enqueued_until: none is queued any more, see due_intents).
 UPDATE workflow_outbox o SET status = {OutboxIntent.Status.DELIVERING}, attempts = attempts + 1,
-    token = gen_random_uuid(), lease_until = now() + make_interval(secs => %s)
+    token = gen_random_uuid(), lease_until = now() + make_interval(secs => %s), enqueued_until = now()
 WHERE o.id = %s AND o.available_at <= now()
     AND (o.status = {OutboxIntent.Status.PENDING}
         OR (o.status = {OutboxIntent.Status.DELIVERING} AND o.lease_until < now()))
@@ -42,7 +43,25 @@ ORDER BY id LIMIT 1
 SELECT id, title, assignment_mode, assignment_value, status FROM workflow_tasks WHERE id = %s
 
 -- name: due_intents
+-- Every due intent (claimable now), whether a message for it is queued or not.
 SELECT id FROM workflow_outbox
 WHERE status IN ({OutboxIntent.Status.PENDING},{OutboxIntent.Status.DELIVERING}) AND available_at <= now()
     AND (status = {OutboxIntent.Status.PENDING} OR lease_until < now())
 ORDER BY id LIMIT %s
+
+-- name: intents_to_send
+-- The sweep's due intents that have no delivery message queued, each given one: the message's
+-- lease (enqueued_until) is taken here, in the sweep's transaction, and the messages are sent
+-- after its commit. A message is presumed queued until its lease ends; the one sent after an
+-- intent's own commit until created_at + the lease (its NULL). So every sweep sends at most one
+-- message per intent and lease, however long the queue, and a lost one is sent again after
+-- its lease. SKIP LOCKED: two sweeps at once take different intents.
+UPDATE workflow_outbox SET enqueued_until = now() + make_interval(secs => %(lease)s)
+WHERE id IN (
+    SELECT id FROM workflow_outbox
+    WHERE status IN ({OutboxIntent.Status.PENDING},{OutboxIntent.Status.DELIVERING}) AND available_at <= now()
+        AND (status = {OutboxIntent.Status.PENDING} OR lease_until < now())
+        AND coalesce(enqueued_until, created_at + make_interval(secs => %(lease)s)) <= now()
+    ORDER BY id LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED)
+RETURNING id

@@ -49,19 +49,27 @@ SELECT jsonb_build_object(
                      WHERE x.command_id IN (SELECT c.id FROM workflow_commands c WHERE c.run_id = r.id)),
   'segments', (SELECT coalesce(jsonb_agg(to_jsonb(x) ORDER BY x.id), '[]') FROM workflow_segment_log x WHERE x.run_id = r.id),
   'dedup', (SELECT coalesce(jsonb_agg(to_jsonb(x) ORDER BY x.id), '[]') FROM workflow_dedup x WHERE x.run_id = r.id),
-  'migration_items', (SELECT coalesce(jsonb_agg(to_jsonb(x) ORDER BY x.id), '[]') FROM workflow_migration_items x WHERE x.run_id = r.id)
+  'migration_items', (SELECT coalesce(jsonb_agg(to_jsonb(x) ORDER BY x.id), '[]') FROM workflow_migration_items x WHERE x.run_id = r.id),
+  'bulk_items', (SELECT coalesce(jsonb_agg(to_jsonb(x) ORDER BY x.id), '[]') FROM workflow_bulk_operation_items x WHERE x.run_id = r.id),
+  'webhook_attempts', (SELECT coalesce(jsonb_agg(to_jsonb(x) ORDER BY x.id), '[]') FROM workflow_webhook_attempts x
+                       WHERE x.intent_id IN (SELECT o.id FROM workflow_outbox o WHERE o.run_id = r.id))
 )::text
 FROM workflow_runs r WHERE r.id = ANY(%s::uuid[]) ORDER BY r.ended_at, r.id
 
 -- name: delete_rows
 -- Every row of the batch's runs, then the runs (one statement; foreign keys are checked at
--- commit, so the order inside it does not matter). Answers the rows deleted per table.
+-- commit, so the order inside it does not matter). Answers the rows deleted per table, in the
+-- order of retention.TABLES. Every foreign key that reaches a run is here (retention.REFERENCES):
+-- bulk-operation items and webhook attempts (through the run's outbox intents) included.
 WITH ids AS (SELECT unnest(%(ids)s::uuid[]) AS id),
 markers AS (DELETE FROM workflow_effect_markers WHERE command_id IN
             (SELECT c.id FROM workflow_commands c WHERE c.run_id IN (SELECT id FROM ids)) RETURNING 1),
 segments AS (DELETE FROM workflow_segment_log WHERE run_id IN (SELECT id FROM ids) RETURNING 1),
 dedup AS (DELETE FROM workflow_dedup WHERE run_id IN (SELECT id FROM ids) RETURNING 1),
 items AS (DELETE FROM workflow_migration_items WHERE run_id IN (SELECT id FROM ids) RETURNING 1),
+bulk_items AS (DELETE FROM workflow_bulk_operation_items WHERE run_id IN (SELECT id FROM ids) RETURNING 1),
+attempts AS (DELETE FROM workflow_webhook_attempts WHERE intent_id IN
+             (SELECT o.id FROM workflow_outbox o WHERE o.run_id IN (SELECT id FROM ids)) RETURNING 1),
 outbox AS (DELETE FROM workflow_outbox WHERE run_id IN (SELECT id FROM ids) RETURNING 1),
 timers AS (DELETE FROM workflow_timers WHERE run_id IN (SELECT id FROM ids) RETURNING 1),
 parks AS (DELETE FROM workflow_parks WHERE run_id IN (SELECT id FROM ids) RETURNING 1),
@@ -75,7 +83,11 @@ SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM commands), (SELECT cou
        (SELECT count(*) FROM tasks), (SELECT count(*) FROM timers), (SELECT count(*) FROM parks),
        (SELECT count(*) FROM branches), (SELECT count(*) FROM joins), (SELECT count(*) FROM outbox),
        (SELECT count(*) FROM markers), (SELECT count(*) FROM segments), (SELECT count(*) FROM dedup),
-       (SELECT count(*) FROM items)
+       (SELECT count(*) FROM items), (SELECT count(*) FROM bulk_items), (SELECT count(*) FROM attempts)
+
+-- name: stored_runs
+-- How many of a failed batch's runs are still stored (all of them: the batch rolled back).
+SELECT count(*) FROM workflow_runs WHERE id = ANY(%s::uuid[])
 
 -- name: expire_keys
 -- One batch of idempotency keys older than the published schedule, oldest first; a key

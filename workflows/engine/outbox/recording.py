@@ -200,7 +200,13 @@ def compensate(drive: Drive, *, forward_step: str, compensation_step: str) -> No
     if not isinstance(comp, CompensationStep):
         return
     state = drive.run["state"]
-    payload = comp.payload.evaluate({"state": state}) if comp.payload is not None else state
+    from workflows.engine.evaluate import evaluate
+
+    payload = (
+        evaluate(comp.payload, {"state": state}, step=compensation_step, field="payload")
+        if comp.payload is not None
+        else state
+    )
     key = f"{drive.run['id']}:compensate:{compensation_step}:{forward_step}"
     headers = attribution_headers(drive.actor, full=True)
     headers["idempotency-key"] = key

@@ -177,6 +177,7 @@ _EMPTY = Watch(by_model={}, subjects=frozenset())
 class _WatchCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._reading = threading.local()  # this thread is reading the registry now
         self._watch: Watch = _EMPTY
         self._loaded_at: float | None = None
 
@@ -190,16 +191,26 @@ class _WatchCache:
         self._loaded_at = None
 
     def refresh(self) -> Watch:
-        with self._lock:
-            try:
-                watch = _read_watch()
-            except DatabaseError:
-                # tables not migrated yet, or the database is away: keep what we had and try
-                # again after the interval (the savepoint kept the caller's transaction usable)
-                log.debug("capture: the trigger registry could not be read", exc_info=True)
-                watch = self._watch
-            self._watch = watch
-            self._loaded_at = time.monotonic()
+        # The read may open this thread's database connection, and a new connection asks for
+        # the registry (``_connection_created``): that nested ask answers what is known instead
+        # of waiting for the lock this thread already holds (a deadlock, seen in a live server
+        # whose request started on a closed connection).
+        if getattr(self._reading, "active", False):
+            return self._watch
+        self._reading.active = True
+        try:
+            with self._lock:
+                try:
+                    watch = _read_watch()
+                except DatabaseError:
+                    # tables not migrated yet, or the database is away: keep what we had and try
+                    # again after the interval (the savepoint kept the caller's transaction usable)
+                    log.debug("capture: the trigger registry could not be read", exc_info=True)
+                    watch = self._watch
+                self._watch = watch
+                self._loaded_at = time.monotonic()
+        finally:
+            self._reading.active = False
         _connect_deletes(watch)
         return watch
 

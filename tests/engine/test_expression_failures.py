@@ -42,7 +42,7 @@ def _callbacks() -> Any:
     catalogs.callbacks.unregister("test.x39_broken_condition", "condition")
 
 
-def _document(name: str, steps: str, *, signals: str = "") -> str:
+def _document(name: str, steps: str, *, signals: str = "    go: null\n") -> str:
     contract = f"{{name: {name}.v1}}" if not signals else f"\n  name: {name}.v1\n  signals:\n{signals}"
     return f"definitionId: {name}\ndefinitionVersion: 1\ncontract: {contract}\ninitialStep: first\nsteps:\n{steps}"
 
@@ -197,6 +197,25 @@ AT_START = [
         id="template-fail-message",
     ),
     pytest.param(
+        "  - id: first\n    type: wait-signal\n    signal: go\n    next: done\n"
+        "    timeout: {at: 'timestamp(state.deadline)', next: done}\n"
+        "  - {id: done, type: complete}\n",
+        {"deadline": 12},
+        "first",
+        "timeout.at",
+        "no matching overload (operand types differ)",
+        id="timeout-at",
+    ),
+    pytest.param(
+        "  - {id: first, type: script, script: shop.tax, input: '{\"total\": state.order.total}', next: done}\n"
+        "  - {id: done, type: complete}\n",
+        {"order": {}},
+        "first",
+        "input.total",
+        "no such key or field",
+        id="script-input",
+    ),
+    pytest.param(
         "  - {id: first, type: email, to: 'state.count', subject: s, body: b, next: done}\n"
         "  - {id: done, type: complete}\n",
         {"count": 2},
@@ -217,6 +236,14 @@ def test_a_failing_expression_names_step_field_and_reason(
     _assert_run_failed(run_id, step, field, reason)
 
 
+def test_a_subject_failure_names_the_field(deploy: Any, drain: Any) -> None:
+    document = _document("x39-subject", "  - {id: first, type: complete}\n").replace(
+        "initialStep:", "subject: '{\"type\": \"order\", \"id\": state.number + 1}'\ninitialStep:"
+    )
+    run_id = _start(deploy, drain, document, {"number": "N-1"})
+    _assert_run_failed(run_id, "first", "subject.id", "no matching overload (operand types differ)")
+
+
 def test_initial_state_failure_names_the_field(deploy: Any, drain: Any) -> None:
     document = _document("x39-initial", "  - {id: first, type: complete}\n").replace(
         "initialStep:", "initialState: '{\"n\": payload.number.first}'\ninitialStep:"
@@ -232,7 +259,7 @@ def test_a_signal_whose_set_fails_is_rejected_naming_the_field_and_the_run_keeps
         "  - {id: first, type: wait-signal, signal: go, set: '{\"n\": payload.count + 1}', next: done}\n"
         "  - {id: done, type: complete}\n"
     )
-    run_id = _start(deploy, drain, _document("x39-signal", steps, signals="    go: null\n"), {})
+    run_id = _start(deploy, drain, _document("x39-signal", steps), {})
     operations.signal(run_id=run_id, name="go", payload={"count": SECRET})
     drain()
 

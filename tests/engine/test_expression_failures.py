@@ -238,7 +238,7 @@ def test_a_failing_expression_names_step_field_and_reason(
 
 def test_a_subject_failure_names_the_field(deploy: Any, drain: Any) -> None:
     document = _document("x39-subject", "  - {id: first, type: complete}\n").replace(
-        "initialStep:", "subject: '{\"type\": \"order\", \"id\": state.number + 1}'\ninitialStep:"
+        "initialStep:", 'subject: \'{"type": "order", "id": state.number + 1}\'\ninitialStep:'
     )
     run_id = _start(deploy, drain, document, {"number": "N-1"})
     _assert_run_failed(run_id, "first", "subject.id", "no matching overload (operand types differ)")

@@ -34,7 +34,8 @@ from typing import Any
 
 from django.apps import apps
 from django.core.signals import request_started
-from django.db import DatabaseError, models, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, models, transaction
+from django.db.backends.signals import connection_created
 from django.db.models.signals import post_delete, post_save, pre_save
 
 from workflows.definitions.plan import Computation, Plan
@@ -176,6 +177,7 @@ _EMPTY = Watch(by_model={}, subjects=frozenset())
 class _WatchCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._reading = threading.local()  # this thread is reading the registry now
         self._watch: Watch = _EMPTY
         self._loaded_at: float | None = None
 
@@ -189,16 +191,26 @@ class _WatchCache:
         self._loaded_at = None
 
     def refresh(self) -> Watch:
-        with self._lock:
-            try:
-                watch = _read_watch()
-            except DatabaseError:
-                # tables not migrated yet, or the database is away: keep what we had and try
-                # again after the interval (the savepoint kept the caller's transaction usable)
-                log.debug("capture: the trigger registry could not be read", exc_info=True)
-                watch = self._watch
-            self._watch = watch
-            self._loaded_at = time.monotonic()
+        # The read may open this thread's database connection, and a new connection asks for
+        # the registry (``_connection_created``): that nested ask answers what is known instead
+        # of waiting for the lock this thread already holds (a deadlock, seen in a live server
+        # whose request started on a closed connection).
+        if getattr(self._reading, "active", False):
+            return self._watch
+        self._reading.active = True
+        try:
+            with self._lock:
+                try:
+                    watch = _read_watch()
+                except DatabaseError:
+                    # tables not migrated yet, or the database is away: keep what we had and try
+                    # again after the interval (the savepoint kept the caller's transaction usable)
+                    log.debug("capture: the trigger registry could not be read", exc_info=True)
+                    watch = self._watch
+                self._watch = watch
+                self._loaded_at = time.monotonic()
+        finally:
+            self._reading.active = False
         _connect_deletes(watch)
         return watch
 
@@ -315,6 +327,22 @@ def _request_started(sender: Any, **kwargs: Any) -> None:
         log.debug("capture: the trigger registry was not refreshed for this request", exc_info=True)
 
 
+def _connection_created(sender: Any, connection: Any, **kwargs: Any) -> None:
+    # Every process learns which models matter when it first reaches the database after the
+    # apps are ready, not only once it saves a record or serves a request: a process that only
+    # deletes (``manage.py shell``, a management command, a cron script) must have its
+    # ``post_delete`` receivers connected before its first delete (issue 39). ``ready()`` itself
+    # must not query (Django warns; the tables may not exist yet), hence the first connection.
+    # At most one read per REFRESH_SECONDS however many connections open (CONN_MAX_AGE=0 opens
+    # one per request); capture never fails a connection over it.
+    if connection.alias != DEFAULT_DB_ALIAS or not apps.ready or connection.in_atomic_block:
+        return
+    try:
+        watch()
+    except Exception:
+        log.debug("capture: the trigger registry was not read at connection", exc_info=True)
+
+
 def connect() -> None:
     """Connect the receivers (``CaptureConfig.ready``)."""
     from workflows.models import Activation, DefinitionVersion
@@ -329,3 +357,4 @@ def connect() -> None:
             _registry_changed, sender=model, weak=False, dispatch_uid=f"capture-registry-del-{model.__name__}"
         )
     request_started.connect(_request_started, weak=False, dispatch_uid="capture-request-started")
+    connection_created.connect(_connection_created, weak=False, dispatch_uid="capture-connection-created")

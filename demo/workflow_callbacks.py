@@ -65,14 +65,14 @@ def rejection_message(state: dict[str, Any]) -> str:
 
 
 @callbacks.register("shop.order_goods", category="service")
-def order_goods(payload: dict[str, Any]) -> dict[str, Any]:
-    """A service handler: the engine dispatches the step's payload to it."""
-    return {"ordered": True}
+def order_goods(payload: dict[str, Any]) -> None:
+    """A service handler: the engine dispatches the step's payload to it after commit (at
+    least once). Its return value is not used: an answer goes back to the run as a signal."""
 
 
 @callbacks.register("shop.cancel_order", category="service")
-def cancel_order(payload: dict[str, Any]) -> dict[str, Any]:
-    return {"cancelled": True}
+def cancel_order(payload: dict[str, Any]) -> None:
+    return None
 
 
 @callbacks.register("shop.classify", category="agent")

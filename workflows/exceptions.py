@@ -219,6 +219,9 @@ class ExpressionFailed(WorkflowError):
     code = "EXPRESSION_FAILED"
     status = 422
     title = "Expression failed"
+    # which part of the field failed, appended to the field's name: ``.total`` (an entry of a
+    # ``set`` map), `` placeholder 2`` (of a template); never a value
+    where = ""
 
 
 class Drift(LifecycleError):

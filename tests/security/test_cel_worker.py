@@ -115,7 +115,7 @@ def test_adversarial_expressions_fail_their_step_fast_while_a_normal_run_complet
         start = Command.objects.get(run_id=run_id, kind="START")
         assert run.status == "FAILED", name
         assert run.failure_code == "DETERMINISTIC_FAILURE", name
-        assert run.failure_message == "DETERMINISTIC_FAILURE: when of step route failed", name
+        assert run.failure_message.startswith("DETERMINISTIC_FAILURE: routes.0.when of step route failed: "), name
         assert start.status == "FAILED" and start.attempts == 1, name
         assert (run.updated_at - run.created_at).total_seconds() < PER_RUN_SECONDS, name
         history = list(HistoryEntry.objects.filter(run_id=run_id).values_list("outcome", "payload"))

@@ -88,3 +88,19 @@ def mutator_while_gate(state: Any) -> dict[str, Any]:
     if Path(state["gate"]).exists():
         raise RuntimeError(f"mutator failed for {state['gate']}")
     return {**state, "timed_out": True}
+
+
+@catalogs.callbacks.register("test.answer_by_signal", category="service")
+def answer_by_signal(payload: Any, idempotency_key: str) -> None:
+    """A handler that answers its run the documented way: a signal ``answered`` to the open run
+    of the definition and business key the payload names, under the dispatch's idempotency key
+    (a repeated delivery records it once)."""
+    from workflows import operations
+
+    operations.signal_by_key(
+        definition_id=payload["definition"],
+        business_key=payload["key"],
+        name="answered",
+        payload={"accepted": True},
+        idempotency_key=idempotency_key,
+    )

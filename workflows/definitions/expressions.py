@@ -616,12 +616,45 @@ class CelComputation:
     merge: bool = False
     kind: str = "cel"
     path: tuple[str, ...] = ()  # a bare ``name.field.field`` expression: read without the interpreter
+    free: tuple[str, ...] = ()  # the variables the expression reads
+    # a map literal's entries, (label, value tree): which one failed is said by its key
+    entries: tuple[tuple[str, lark.Tree], ...] = field(default=(), repr=False)
 
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
         if self.path:
             found = _read_path(variables, self.path)
             if found is not _MISS:
                 return found
+        for name in self.free:
+            if name not in variables:  # the caller does not provide it: say so, not "no such key"
+                raise self._located(ExpressionFailed(f"expression failed: unknown name '{name}'"), variables)
+        try:
+            return self._evaluate(variables)
+        except ExpressionFailed as failed:
+            if "budget exceeded" in failed.message:
+                raise  # a bound: locating it would spend the budget again, once per entry
+            raise self._located(failed, variables) from None
+
+    def _located(self, failed: ExpressionFailed, variables: Mapping[str, Any]) -> ExpressionFailed:
+        """``failed`` with ``where`` naming the first entry of a map literal that fails on its own
+        (``.total``), so a long ``set`` says which key broke. Only on a failure, bounded like any
+        evaluation."""
+        for label, tree in self.entries:
+            try:
+                context = {name: to_cel(variables.get(name)) for name in self.variables if name in variables}
+                meter = _Meter()
+                token = _METER.set(meter)
+                try:
+                    from_cel(_BoundedEvaluator(tree, self.runner.new_activation(), meter).evaluate(context), 0, meter)
+                finally:
+                    _METER.reset(token)
+                    meter.close()
+            except Exception:  # noqa: BLE001 - any failure of the entry locates it
+                failed.where = label
+                break
+        return failed
+
+    def _evaluate(self, variables: Mapping[str, Any]) -> Any:
         context = {name: to_cel(variables.get(name)) for name in self.variables if name in variables}
         # The bounds start after the inputs are converted: their size is the payload bounds'
         # business, and a large legitimate state must not eat the expression's own budget.
@@ -892,7 +925,41 @@ def compile_expression(source: Any, variables: Iterable[str], *, merge: bool = F
         parts = tuple(source.strip().split("."))
         if parts[0] in names and not _RESERVED.intersection(parts):
             path = parts
-    return CelComputation(source=source, variables=names, ast=ast, runner=runner, merge=merge, path=path)
+    free = tuple(sorted(analyse(ast)[2] & set(names)))
+    return CelComputation(
+        source=source,
+        variables=names,
+        ast=ast,
+        runner=runner,
+        merge=merge,
+        path=path,
+        free=free,
+        entries=_map_entries(ast),
+    )
+
+
+_ENTRY_KEY = re.compile(r"""^(['"])([A-Za-z0-9_$-]{1,64})\1$""")
+
+
+def _map_entries(ast: lark.Tree) -> tuple[tuple[str, lark.Tree], ...]:
+    """``(label, value tree)`` of each entry when the whole expression is a map literal (a
+    ``set``): ``.total`` for a plain literal key, else ``[2]`` (the entry's 0-based index)."""
+    node: Any = ast
+    while isinstance(node, lark.Tree) and node.data != "map_lit" and len(node.children) == 1:
+        node = node.children[0]
+    if not (isinstance(node, lark.Tree) and node.data == "map_lit" and node.children):
+        return ()
+    inits = node.children[0]
+    if not isinstance(inits, lark.Tree) or inits.data != "mapinits":
+        return ()
+    pairs = [c for c in inits.children if isinstance(c, lark.Tree)]
+    found: list[tuple[str, lark.Tree]] = []
+    for index in range(0, len(pairs) - 1, 2):
+        key, value = _single_chain(pairs[index]), pairs[index + 1]
+        token = key.children[0] if isinstance(key, lark.Tree) and key.data == "literal" and key.children else None
+        plain = _ENTRY_KEY.match(str(token)) if isinstance(token, lark.Token) else None
+        found.append((f".{plain.group(2)}" if plain else f"[{index // 2}]", value))
+    return tuple(found)
 
 
 # A bare member path (``state.customer.name``) is the commonest placeholder of a title or an
@@ -940,11 +1007,17 @@ class Template:
 
     def evaluate(self, variables: Mapping[str, Any]) -> str:
         out: list[str] = []
+        placeholder = 0
         for part in self.parts:
             if isinstance(part, str):
                 out.append(part)
                 continue
-            value = part.evaluate(variables)
+            placeholder += 1
+            try:
+                value = part.evaluate(variables)
+            except ExpressionFailed as failed:
+                failed.where = f" placeholder {placeholder}"
+                raise
             if value is None:
                 continue
             if isinstance(value, dict | list):

@@ -78,10 +78,27 @@ class DeterministicFailure(Exception):
     ``reason`` is framework text (never exception text or payload values).
     """
 
-    def __init__(self, reason: str, code: str = "DETERMINISTIC_FAILURE") -> None:
+    def __init__(
+        self, reason: str, code: str = "DETERMINISTIC_FAILURE", *, detail: dict[str, str] | None = None
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.code = code
+        # where and why, for the history entry of the failure: {"step", "field", "reason"}
+        self.detail = detail
+
+
+def step_failed(step: str, field: str, why: str, code: str = "DETERMINISTIC_FAILURE") -> DeterministicFailure:
+    """The failure of one field of one step: ``<code>: <field> of step <step> failed: <why>``.
+
+    ``field`` names the place in the step as the document spells it (``set.total``,
+    ``routes.1.when``, ``due.at``, ``title placeholder 2``); ``why`` is framework text (never
+    exception text or a value)."""
+    return DeterministicFailure(
+        f"{code}: {field} of step {step} failed: {why}",
+        code,
+        detail={"step": step, "field": field, "reason": why},
+    )
 
 
 @dataclass

@@ -52,7 +52,11 @@ def apply_decision(drive: Drive, task: dict[str, Any], target: dict[str, Any]) -
     )
     state = drive.run["state"]
     new_state = apply_set(
-        chosen.set, state, {"state": state, "payload": payload or {}, "decision": name}, step=step.id, field="set"
+        chosen.set,
+        state,
+        {"state": state, "payload": payload or {}, "decision": name},
+        step=step.id,
+        field=f"decisions.{named(name)}.set",
     )
     drive.count_step()
     drive.decide(step=step.id, outcome="task-decided", new_state=new_state, change=chosen.set is not None)

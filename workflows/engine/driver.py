@@ -174,7 +174,11 @@ def apply_parked(drive: Drive, row: dict[str, Any]) -> Any:
         except DeterministicFailure as exc:
             db.execute(SQL.parked_rejected, [exc.reason[:4000], row["id"]])
             drive.history.add(
-                "COMMAND_REJECTED", command_id=row["id"], actor=drive.actor, outcome=exc.reason.split(":")[0]
+                "COMMAND_REJECTED",
+                command_id=row["id"],
+                actor=drive.actor,
+                outcome=exc.reason.split(":")[0],
+                payload=exc.detail,
             )
             observers.settled_on_commit(drive.run["id"], [(row["id"], CommandKind.SIGNAL, CommandStatus.REJECTED)])
             drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)

@@ -1,7 +1,10 @@
 """Evaluating a plan's computations inside a segment, with failures made deterministic.
 
 An expression or callback that raises becomes a ``DeterministicFailure`` whose reason names
-the step and the field, never the exception text or a value (those go to the DEBUG log).
+the step, the field (and the entry of a ``set`` map or the placeholder of a template) and why
+in words ("unknown name 'result'", "no such key or field", "no matching overload (operand
+types differ)", "the callback raised KeyError"), never the exception's text or a value (those
+go to the DEBUG log).
 """
 
 from __future__ import annotations
@@ -12,11 +15,25 @@ from collections.abc import Mapping
 from typing import Any
 
 from workflows.definitions.plan import Computation
-from workflows.engine.context import DeterministicFailure
+from workflows.engine.context import DeterministicFailure, step_failed
+from workflows.exceptions import ExpressionFailed
 
 log = logging.getLogger("workflows.engine")
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s*\}\}")
+_PREFIX = "expression failed: "
+
+
+def why(exc: BaseException) -> str:
+    """Why a computation failed, in words, value-free."""
+    if isinstance(exc, ExpressionFailed):
+        text = exc.message
+        if text.startswith(_PREFIX):
+            return text[len(_PREFIX) :]
+        return "the expression failed" if text == "expression failed" else text
+    if isinstance(exc, LookupError) and str(exc) == "callback not registered":
+        return "the callback is not registered"
+    return f"the callback raised {type(exc).__name__}"
 
 
 def evaluate(comp: Computation, variables: Mapping[str, Any], *, step: str, field: str) -> Any:
@@ -26,7 +43,21 @@ def evaluate(comp: Computation, variables: Mapping[str, Any], *, step: str, fiel
         raise
     except Exception as exc:
         log.debug("computation failed at step %s field %s", step, field, exc_info=True)
-        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: {field} of step {step} failed") from exc
+        where = exc.where if isinstance(exc, ExpressionFailed) else ""
+        raise step_failed(step, f"{field}{where}", why(exc)) from exc
+
+
+def json_kind(value: Any) -> str:
+    """A value's JSON type, the only thing of it a failure may say."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a text"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return "an object" if isinstance(value, Mapping) else "a value"
 
 
 def apply_set(comp: Computation | None, state: Any, variables: Mapping[str, Any], *, step: str, field: str) -> Any:
@@ -38,7 +69,7 @@ def apply_set(comp: Computation | None, state: Any, variables: Mapping[str, Any]
         if result is None:
             return state
         if not isinstance(result, Mapping):
-            raise DeterministicFailure(f"DETERMINISTIC_FAILURE: {field} of step {step} must give a map")
+            raise step_failed(step, field, f"must give a map, gave {json_kind(result)}")
         merged = dict(state or {})
         merged.update(result)
         return merged

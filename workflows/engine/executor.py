@@ -335,8 +335,13 @@ def _outcome_unknown(head: Head, token: Any) -> None:
         settled(head.run_id, head.id, head.kind, CommandStatus.OUTCOME_UNKNOWN)
 
 
-def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: float) -> None:
-    """Settle FAILED in a transaction of its own; fail the run for START/RETRY/TIMER/overruns."""
+def _fail(
+    head: Head, token: Any, reason: str, *, step_limit: bool, deadline: float, detail: dict[str, str] | None = None
+) -> None:
+    """Settle FAILED in a transaction of its own; fail the run for START/RETRY/TIMER/overruns.
+
+    ``detail`` (where and why: step, field, reason) is the payload of the history entries, and
+    its step the FAILED entry's step."""
     from workflows.engine.context import Drive
 
     margin = _margin()
@@ -354,7 +359,11 @@ def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: fl
                     run, None, settlement.actor_of(cmd), command_id=cmd["id"], executor_id=executor_id()
                 )
                 drive.history.add(
-                    "COMMAND_FAILED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":", 1)[0]
+                    "COMMAND_FAILED",
+                    command_id=cmd["id"],
+                    actor=drive.actor,
+                    outcome=reason.split(":", 1)[0],
+                    payload=detail,
                 )
                 fails_run = step_limit or cmd["kind"] in (CommandKind.START, CommandKind.RETRY, CommandKind.TIMER)
                 if cmd["kind"] == CommandKind.COMPLETION and cmd.get("task_id"):
@@ -370,7 +379,8 @@ def _fail(head: Head, token: Any, reason: str, *, step_limit: bool, deadline: fl
                         command_id=cmd["id"],
                         actor=drive.actor,
                         outcome=reason.split(":", 1)[0],
-                        step=run.get("current_step") or "",
+                        step=(detail or {}).get("step") or run.get("current_step") or "",
+                        payload=detail,
                     )
                     drive.history.add(
                         "WORKFLOW_FAILED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":", 1)[0]
@@ -495,7 +505,14 @@ def _disposed(exc: Exception, head: Head, token: Any, deadline: float, margin: f
             reason.split(":")[0],
             exc_info=log.isEnabledFor(logging.DEBUG),
         )
-        _fail(head, token, reason, step_limit=isinstance(exc, StepLimitExceeded), deadline=deadline)
+        _fail(
+            head,
+            token,
+            reason,
+            step_limit=isinstance(exc, StepLimitExceeded),
+            deadline=deadline,
+            detail=settlement.failure_detail(exc),
+        )
         return "FAILED"
     if isinstance(exc, DatabaseError):
         if db.sqlstate(exc) == db.QUERY_CANCELED:

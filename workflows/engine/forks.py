@@ -22,7 +22,7 @@ from workflows.engine.context import DeterministicFailure, Drive, StepLimitExcee
 from workflows.engine.evaluate import apply_set
 from workflows.engine.nodes.base import BRANCH_DONE, END, WAIT, Outcome
 from workflows.engine.rows import CommandRow
-from workflows.engine.settlement import Settle, completed, failure_reason, named, received, reopen
+from workflows.engine.settlement import Settle, completed, failure_detail, failure_reason, named, received, reopen
 from workflows.models import BranchStatus, CommandStatus, RunStatus
 
 SQL = sql.load("forks")
@@ -282,7 +282,13 @@ def apply_branch_signal(drive: Drive, cmd: CommandRow) -> Settle:
             )
     except (DeterministicFailure, StepLimitExceeded) as exc:
         reason = failure_reason(exc)
-        drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
+        drive.history.add(
+            "COMMAND_REJECTED",
+            command_id=cmd["id"],
+            actor=drive.actor,
+            outcome=reason.split(":")[0],
+            payload=failure_detail(exc),
+        )
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
         return Settle(CommandStatus.REJECTED, reason)
     drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
@@ -323,7 +329,13 @@ def apply_branch_completion(drive: Drive, cmd: CommandRow, task: dict[str, Any])
     except (DeterministicFailure, StepLimitExceeded) as exc:
         reason = failure_reason(exc)
         reopen(cmd)
-        drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
+        drive.history.add(
+            "COMMAND_REJECTED",
+            command_id=cmd["id"],
+            actor=drive.actor,
+            outcome=reason.split(":")[0],
+            payload=failure_detail(exc),
+        )
         return Settle(CommandStatus.REJECTED, reason)
     driver.after_drive(drive, outcome)
     return completed(drive, cmd)

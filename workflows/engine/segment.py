@@ -46,7 +46,17 @@ from workflows.engine.context import (
 from workflows.engine.evaluate import evaluate
 from workflows.engine.nodes.base import WAIT
 from workflows.engine.rows import CommandRow, RunRow
-from workflows.engine.settlement import REQUEUE, Settle, actor_of, completed, failure_reason, named, received, reopen
+from workflows.engine.settlement import (
+    REQUEUE,
+    Settle,
+    actor_of,
+    completed,
+    failure_detail,
+    failure_reason,
+    named,
+    received,
+    reopen,
+)
 from workflows.exceptions import ExpressionFailed
 from workflows.models import ENDED_STATUSES, CommandKind, CommandStatus, RunStatus, TaskStatus
 
@@ -331,7 +341,13 @@ def _apply_signal(drive: Drive, cmd: CommandRow) -> Settle:
             outcome = driver.apply_signal(drive, name=name, payload=cmd["payload"])
     except (DeterministicFailure, StepLimitExceeded) as exc:
         reason = failure_reason(exc)
-        drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
+        drive.history.add(
+            "COMMAND_REJECTED",
+            command_id=cmd["id"],
+            actor=drive.actor,
+            outcome=reason.split(":")[0],
+            payload=failure_detail(exc),
+        )
         drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
         return Settle(CommandStatus.REJECTED, reason)
     drive.run["open_signals"] = max(0, int(drive.run["open_signals"]) - 1)
@@ -363,7 +379,13 @@ def _apply_completion(drive: Drive, cmd: CommandRow) -> Settle:
     except (DeterministicFailure, StepLimitExceeded) as exc:
         reason = failure_reason(exc)
         reopen(cmd)
-        drive.history.add("COMMAND_REJECTED", command_id=cmd["id"], actor=drive.actor, outcome=reason.split(":")[0])
+        drive.history.add(
+            "COMMAND_REJECTED",
+            command_id=cmd["id"],
+            actor=drive.actor,
+            outcome=reason.split(":")[0],
+            payload=failure_detail(exc),
+        )
         return Settle(CommandStatus.REJECTED, reason)
     driver.after_drive(drive, outcome)
     return completed(drive, cmd)

@@ -73,6 +73,12 @@ def failure_reason(exc: BaseException) -> str:
     return "DETERMINISTIC_FAILURE: the command failed"
 
 
+def failure_detail(exc: BaseException) -> dict[str, str] | None:
+    """Where and why a deterministic failure happened (``{"step", "field", "reason"}``), the
+    payload of its history entry; None when it is not one field's failure."""
+    return exc.detail if isinstance(exc, DeterministicFailure) else None
+
+
 def reopen(cmd: CommandRow) -> None:
     """The task a rejected COMPLETION had reserved is open again."""
     db.execute(SQL.reopen_task, [cmd["task_id"], cmd["id"]])

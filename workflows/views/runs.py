@@ -299,7 +299,7 @@ def _details(entry: HistoryEntry) -> dict[str, Any]:
         info["lines"].append(_("Full state logged (the decision log replays from here)."))
         info["full"] = _pretty(payload.get("state"))
     elif payload is not None:
-        for key in ("signal", "decision", "task", "kind", "reason", "count", "recipients", "action"):
+        for key in ("signal", "decision", "task", "kind", "field", "reason", "count", "recipients", "action"):
             if key in payload and payload[key] not in (None, ""):
                 info["lines"].append(f"{key}: {_compact(payload[key], 80)}")
         if "assignment" in payload and isinstance(payload["assignment"], dict):

@@ -1,20 +1,21 @@
-"""``decision``: the first route whose CEL ``when`` or named condition holds, else ``default``."""
+"""``decision``: the first route whose CEL ``when`` or named condition holds, else ``default``.
+
+A failure names its route as the document numbers it (``routes.0.when``, ``routes.1.condition``).
+"""
 
 from __future__ import annotations
 
 from workflows.definitions.plan import DecisionStep
-from workflows.engine.context import DeterministicFailure, Drive
-from workflows.engine.evaluate import call_callback, evaluate
+from workflows.engine.context import Drive, step_failed
+from workflows.engine.evaluate import call_callback, evaluate, why
 from workflows.engine.nodes.base import Next, Outcome
 
 
-def _condition(name: str, state: object, step: str) -> bool:
+def _condition(name: str, state: object, step: str, field: str) -> bool:
     try:
         return bool(call_callback(name, "condition", {"state": state}))
-    except LookupError as exc:
-        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: condition of step {step} is not registered") from exc
     except Exception as exc:
-        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: condition of step {step} failed") from exc
+        raise step_failed(step, field, why(exc)) from exc
 
 
 def execute(drive: Drive, step: DecisionStep) -> Outcome:
@@ -24,23 +25,25 @@ def execute(drive: Drive, step: DecisionStep) -> Outcome:
     # first needs it (a ``condition`` route, or a ``when`` that reads ``conditions['id']``)
     conditions: dict[str, bool] = {}
 
-    def named_condition(name: str) -> bool:
+    def named_condition(name: str, field: str) -> bool:
         if name not in conditions:
             named = step.conditions.get(name)
             conditions[name] = (
-                evaluate(named, {"state": state}, step=step.id, field="condition") is True
+                evaluate(named, {"state": state}, step=step.id, field=field) is True
                 if named is not None
-                else _condition(name, state, step.id)
+                else _condition(name, state, step.id, field)
             )
         return conditions[name]
 
-    for route in step.routes:
+    for index, route in enumerate(step.routes):
         if route.when is not None:
             for name in route.uses:
-                named_condition(name)
-            holds = evaluate(route.when, {"state": state, "conditions": conditions}, step=step.id, field="when")
+                named_condition(name, f"routes.{index}.when")
+            holds = evaluate(
+                route.when, {"state": state, "conditions": conditions}, step=step.id, field=f"routes.{index}.when"
+            )
         elif route.condition:
-            holds = named_condition(route.condition)
+            holds = named_condition(route.condition, f"routes.{index}.condition")
         else:
             holds = False
         if holds is True:

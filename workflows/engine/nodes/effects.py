@@ -11,8 +11,8 @@ from typing import Any
 
 from workflows.definitions.plan import AgentStep, EmailStep, ScriptStep
 from workflows.engine import effects, mail
-from workflows.engine.context import DeterministicFailure, Drive
-from workflows.engine.evaluate import apply_set, call_callback, evaluate, render
+from workflows.engine.context import DeterministicFailure, Drive, step_failed
+from workflows.engine.evaluate import apply_set, call_callback, evaluate, json_kind, render, why
 from workflows.engine.nodes.base import Next, Outcome
 
 log = logging.getLogger("workflows.engine")
@@ -35,7 +35,7 @@ def email(drive: Drive, step: EmailStep) -> Outcome:
     if isinstance(recipients, str):
         recipients = [recipients]
     if not isinstance(recipients, list) or not all(isinstance(r, str) for r in recipients):
-        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: to of step {step.id} must give addresses")
+        raise step_failed(step.id, "to", f"must give an address or a list of addresses, gave {json_kind(recipients)}")
     subject = render(step.subject, variables)
     body = render(step.body, variables)
     # built and checked before the marker commits: a message the backend would refuse (a line
@@ -64,7 +64,7 @@ def _callable_step(drive: Drive, step: AgentStep | ScriptStep, name: str, catego
     state = drive.run["state"]
     catalogs.ensure_discovered()
     if catalogs.callbacks.get(name, category) is None:
-        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: {category} of step {step.id} is not registered")
+        raise step_failed(step.id, category, "the callback is not registered")
     value = evaluate(step.input, {"state": state}, step=step.id, field="input") if step.input is not None else state
     result: Any = None
     if _marker(drive, step.id):
@@ -72,7 +72,7 @@ def _callable_step(drive: Drive, step: AgentStep | ScriptStep, name: str, catego
             result = call_callback(name, category, {"input": value, "state": state, "payload": value})
         except Exception as exc:
             log.debug("%s %s failed", category, step.id, exc_info=True)
-            raise DeterministicFailure(f"DETERMINISTIC_FAILURE: {category} of step {step.id} failed") from exc
+            raise step_failed(step.id, category, why(exc)) from exc
     new_state = apply_set(step.set, state, {"state": state, "result": result}, step=step.id, field="set")
     drive.decide(step=step.id, outcome=outcome, new_state=new_state, change=step.set is not None)
     return Next(step.next or "")

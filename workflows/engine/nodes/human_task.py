@@ -9,8 +9,8 @@ from typing import Any
 
 from workflows.definitions.plan import Assignment, HumanTaskStep
 from workflows.engine import db, outbox, pipeline, sql, timers, waits
-from workflows.engine.context import DeterministicFailure, Drive
-from workflows.engine.evaluate import evaluate, render
+from workflows.engine.context import Drive, step_failed
+from workflows.engine.evaluate import evaluate, json_kind, render
 from workflows.engine.nodes.base import WAIT, Outcome
 from workflows.engine.nodes.timer import delay_of
 from workflows.engine.outbox import digest
@@ -25,18 +25,22 @@ def resolve_assignment(drive: Drive, assignment: Assignment, step: str) -> tuple
         mode = "group"
     if mode == "expression":
         if assignment.expression is None:
-            raise DeterministicFailure(f"DETERMINISTIC_FAILURE: assignment of step {step} has no expression")
-        result: Any = evaluate(assignment.expression, {"state": drive.run["state"]}, step=step, field="assignment")
+            raise step_failed(step, "assignment.value", "the assignment has no expression")
+        result: Any = evaluate(
+            assignment.expression, {"state": drive.run["state"]}, step=step, field="assignment.value"
+        )
         if isinstance(result, dict):
             mode, value = str(result.get("mode", "")), str(result.get("value", ""))
         elif isinstance(result, str) and ":" in result:
             mode, value = result.split(":", 1)
         else:
-            raise DeterministicFailure(f"DETERMINISTIC_FAILURE: assignment of step {step} gave no assignee")
+            raise step_failed(
+                step, "assignment.value", f"must give 'user:NAME', 'group:NAME' or a map, gave {json_kind(result)}"
+            )
         if mode == "role":
             mode = "group"
     if mode not in ("user", "group") or not value:
-        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: assignment of step {step} gave no assignee")
+        raise step_failed(step, "assignment", "gave no assignee (the mode must be user, group or role, with a name)")
     return mode, value[:255]
 
 
@@ -70,7 +74,7 @@ def prepare(drive: Drive, step: HumanTaskStep) -> Opening:
         {"name": d.name, "label": d.label or d.name, "schema": dict(d.payload_schema) if d.payload_schema else None}
         for d in step.decisions
     ]
-    due = delay_of(drive, step.due.delay, step.id) if step.due is not None else None
+    due = delay_of(drive, step.due.delay, step.id, "due.at") if step.due is not None else None
     return Opening(uuid.uuid4(), mode, value, title, description, snapshot, due)
 
 

@@ -6,15 +6,16 @@ from datetime import datetime
 
 from workflows.definitions.plan import Delay, TimerStep
 from workflows.engine import timers, waits
-from workflows.engine.context import DeterministicFailure, Drive
+from workflows.engine.context import Drive, step_failed
 from workflows.engine.evaluate import evaluate
 from workflows.engine.nodes.base import WAIT, Outcome
 from workflows.models import ParkKind, TimerKind
 
 
-def delay_of(drive: Drive, delay: Delay, step: str) -> tuple[float, datetime | None]:
+def delay_of(drive: Drive, delay: Delay, step: str, field: str = "at") -> tuple[float, datetime | None]:
+    """Seconds from now, or an instant. ``field`` names the ``at`` in failures (``due.at``)."""
     if delay.at is not None:
-        value = evaluate(delay.at, {"state": drive.run["state"]}, step=step, field="at")
+        value = evaluate(delay.at, {"state": drive.run["state"]}, step=step, field=field)
         if isinstance(value, datetime):
             return 0.0, value
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -23,8 +24,8 @@ def delay_of(drive: Drive, delay: Delay, step: str) -> tuple[float, datetime | N
             try:
                 return 0.0, datetime.fromisoformat(value.replace("Z", "+00:00"))
             except ValueError as exc:
-                raise DeterministicFailure(f"DETERMINISTIC_FAILURE: at of step {step} is not an instant") from exc
-        raise DeterministicFailure(f"DETERMINISTIC_FAILURE: at of step {step} is not an instant")
+                raise step_failed(step, field, "the text is not an RFC 3339 instant") from exc
+        raise step_failed(step, field, "must give an instant or a number of seconds")
     return float(delay.seconds or 0.0), None
 
 

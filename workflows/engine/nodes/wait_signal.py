@@ -15,7 +15,7 @@ def execute(drive: Drive, step: WaitSignalStep) -> Outcome:
         drive, step=step.id, kind="signal", park_kind=ParkKind.SIGNAL, outcome="wait-signal", signals=[step.signal]
     )
     if step.timeout is not None:
-        seconds, at = delay_of(drive, step.timeout.delay, step.id)
+        seconds, at = delay_of(drive, step.timeout.delay, step.id, "timeout.at")
         timer = timers.arm(
             drive,
             wait,

@@ -174,7 +174,8 @@ def notice_recorded(drive: Drive, row: tuple[Any, ...] | None, context: Any) -> 
 
 def record(
     drive: Drive, *, step: str, kind: str, target: str, payload: Any, headers: dict[str, Any] | None = None
-) -> None:
+) -> str:
+    """Record a dispatch; answers its idempotency key (the receiver gets it with every attempt)."""
     key = f"{drive.run['id']}:{drive.command_id}:{step}:{drive.steps}"
     merged = strip_forged(headers)
     merged.update(attribution_headers(drive.actor, full=True))
@@ -187,6 +188,7 @@ def record(
         payload={"target": target if plain_name(target) else "[webhook]"},
     )
     _insert(drive, step=step, kind=kind, target=target, payload=payload, key=key, headers=merged)
+    return key
 
 
 def compensate(drive: Drive, *, forward_step: str, compensation_step: str) -> None:
@@ -198,7 +200,13 @@ def compensate(drive: Drive, *, forward_step: str, compensation_step: str) -> No
     if not isinstance(comp, CompensationStep):
         return
     state = drive.run["state"]
-    payload = comp.payload.evaluate({"state": state}) if comp.payload is not None else state
+    from workflows.engine.evaluate import evaluate
+
+    payload = (
+        evaluate(comp.payload, {"state": state}, step=compensation_step, field="payload")
+        if comp.payload is not None
+        else state
+    )
     key = f"{drive.run['id']}:compensate:{compensation_step}:{forward_step}"
     headers = attribution_headers(drive.actor, full=True)
     headers["idempotency-key"] = key

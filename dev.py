@@ -403,7 +403,9 @@ def command_test(args: argparse.Namespace, pytest_args: list[str]) -> int:
         or ("no:xdist" in pytest_args)
     )
     if not serial and test_workers() > 1:
-        options += ["-n", str(test_workers())]
+        # loadgroup: the tests of a module marked `xdist_group` share one worker (and so its
+        # module-scoped host project or receiver); every other test goes wherever a worker is free
+        options += ["-n", str(test_workers()), "--dist", "loadgroup"]
     if not has_option(pytest_args, "--durations"):
         options += [f"--durations={SLOWEST_SHOWN}", "--durations-min=1.0"]
     if args.coverage:

@@ -30,7 +30,10 @@ import pytest
 from tests.support.processes import ROOT
 from tests.support.waiting import eventually
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [
+    pytest.mark.xdist_group("embedded"),  # its module-scoped fixture is built once, on one worker
+    pytest.mark.slow,
+]
 
 # A first start runs initdb; the machine may be busy with other suites.
 REPLY_TIMEOUT = 120.0

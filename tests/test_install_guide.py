@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
 pytestmark = [
+    pytest.mark.xdist_group("install-guide"),  # its module-scoped fixture is built once, on one worker
     pytest.mark.e2e,
     pytest.mark.browser,
     pytest.mark.slow,
@@ -453,11 +454,6 @@ def test_the_api_docs_and_health_answer_next_to_the_hosts_own_api_namespace(guid
     assert status == 200 and json.loads(health)["status"] == "ok", health
 
 
-# MERGE NOTE: the trigger registry loaded when the app is ready, in every process, is #39's fix on
-# the docsx branch; until it is merged this process connects no post_delete receiver and the run
-# stays WAITING (checked: with capture.triggers.watch() called first in the same shell, the run
-# is cancelled). strict: once the fix is in, this passes, fails as XPASS, and the mark goes.
-@pytest.mark.xfail(strict=True, reason="needs the trigger registry loaded at app ready (issue #39, branch docsx)")
 def test_a_request_deleted_from_a_management_command_cancels_its_run(guide_host: GuideHost) -> None:
     host = guide_host
     pk = host.leave_request("Bob", 2)

@@ -23,7 +23,12 @@ from workflows import operations, tasks
 from workflows.engine import wakeups
 from workflows.models import Run
 
-pytestmark = [pytest.mark.services, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.xdist_group("solo-worker"),  # its module-scoped fixture is built once, on one worker
+    pytest.mark.services,
+    pytest.mark.e2e,
+    pytest.mark.django_db(transaction=True),
+]
 
 QUEUE = f"switchyard-solo-test-{os.getpid()}"
 # Celery's strategy logs every message it hands to the pool at INFO: "Task <name>[<id>] received"

@@ -27,7 +27,11 @@ from workflows import operations, tasks
 from workflows.engine import wakeups
 from workflows.models import OutboxIntent, Task
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.xdist_group("webhook-receiver"),  # its module-scoped fixture is built once, on one worker
+    pytest.mark.e2e,
+    pytest.mark.django_db(transaction=True),
+]
 
 QUEUE = f"switchyard-webhooks-test-{os.getpid()}"
 

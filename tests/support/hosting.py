@@ -88,7 +88,9 @@ class HostDatabase:
         from django.conf import settings
 
         db = settings.DATABASES["default"]
-        self.name = f"{db['TEST'].get('NAME') or 'test_switchyard'}_{suffix}"[:63]
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # one per pytest-xdist worker
+        base = db["TEST"].get("NAME") or "test_switchyard"
+        self.name = f"{base}_{suffix}{'_' + worker if worker and not base.endswith(worker) else ''}"[:63]
         self.host = str(db.get("HOST") or "")
         self.port = str(db.get("PORT") or "")
         self.user = str(db.get("USER") or "")

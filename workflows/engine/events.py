@@ -61,7 +61,6 @@ EVENT_OF_ENTRY: dict[str, str] = {
 _EVENT_IDS = uuid.UUID("5d1c3a52-8f0e-4f57-9a43-2b7d0c6f1e90")  # the uuid5 namespace of event ids
 SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32
-TIMEOUT_SECONDS = 10.0
 
 
 def event_id(run_id: Any, seq: int) -> str:
@@ -107,7 +106,9 @@ def recorded(buffer: HistoryBuffer, rows: list[dict[str, Any]]) -> None:
         commands[event.id] = row.get("command_id")
     if not found:
         return
-    inline = wakeups.delivers_inline()
+    # never claimed inline by the executor's process: a delivery waits on a receiver, so it
+    # goes to the outbound queue's worker (WORKFLOWS["OUTBOUND"]["QUEUE"])
+    inline = False
     from workflows.engine.outbox.recording import lease_seconds
 
     items = [
@@ -168,6 +169,8 @@ def _error_text(exc: BaseException) -> str:
         return exc.reason[:255]
     if isinstance(exc, ssl.SSLError | ssl.CertificateError):
         return "the TLS handshake or the certificate check failed"
+    if isinstance(exc, webhooks.AttemptTimedOut):
+        return "the receiver did not answer within the attempt's deadline"
     if isinstance(exc, TimeoutError | socket.timeout):
         return "the receiver did not answer in time"
     if isinstance(exc, OSError):
@@ -202,7 +205,9 @@ def deliver(intent: dict[str, Any]) -> None:
     error = ""
     try:
         # the service steps' vetted connection: a public address or an allowed network, no redirect
-        status = webhooks.post(sub["url"], body, headers, timeout=TIMEOUT_SECONDS)
+        # one deadline for the whole attempt (WORKFLOWS["OUTBOUND"]["ATTEMPT_SECONDS"]): a status
+        # is logged only when the whole answer arrived in time
+        status = webhooks.post(sub["url"], body, headers)
     except Exception as exc:
         error = _error_text(exc)
         raise

@@ -2,12 +2,12 @@
 
 Two gunicorn web nodes (the second recording-only), two Celery worker nodes (prefork), the
 outbound queue's worker (deliveries), one beat, RabbitMQ as the broker, and every process
-reaching PostgreSQL through PgBouncer in transaction pooling mode (Debian's package, started here). ``TOPOLOGY_RUNS`` runs (5,000) are
-started and signalled through the two web nodes' API by a client that retries what failed with
-the same idempotency key, while each node — both web nodes, both workers, beat and PgBouncer
-itself — is killed with SIGKILL and restarted once. Then: every run ended, none lost, none
-duplicated, every command settled exactly once, each run's history contiguous and its decision
-log replaying to its state.
+reaching PostgreSQL through PgBouncer in transaction pooling mode (Debian's package, started
+here). ``TOPOLOGY_RUNS`` runs (5,000) are started and signalled through the two web nodes' API
+by a client that retries what failed with the same idempotency key, while each node — both web
+nodes, both workers, beat and PgBouncer itself — is killed with SIGKILL and restarted once.
+Then: every run ended, none lost, none duplicated, every command settled exactly once, each
+run's history contiguous and its decision log replaying to its state.
 
     python3 dev.py test --topology          # TOPOLOGY_RUNS=500 for a quicker pass
 

@@ -67,12 +67,13 @@ def call_callback(name: str, category: str, variables: Mapping[str, Any]) -> Any
 
     Raises LookupError when no callback of that name and category is registered.
     """
-    from workflows.definitions import catalogs
+    from workflows.definitions import catalogs, expressions
 
     catalogs.ensure_discovered()
     callback = catalogs.callbacks.get(name, category)
     if callback is None:
         raise LookupError("callback not registered")
+    expressions.forget_inputs()  # the callback may change a state in place
     if callback.var_keyword:
         return callback.func(**variables)
     return callback.func(**{p: variables[p] for p in callback.params if p in variables})

@@ -3,7 +3,8 @@
 A service step's target is written by a workflow author, so the worker must not become a
 way into the network it runs in (SSRF): the host is resolved once, every address it
 resolves to must be public (not loopback, private, link-local, shared, multicast, reserved
-or unspecified, IPv4-mapped IPv6 addresses judged by their IPv4 address) unless a network
+or unspecified; an IPv6 address that carries an IPv4 address — IPv4-mapped, -compatible,
+-translated, NAT64, 6to4, ISATAP — judged by that IPv4 address, Teredo refused) unless a network
 of ``WORKFLOWS["SERVICES"]["ALLOWED_NETWORKS"]`` contains it, and the connection goes to
 that vetted address (TLS still verifies the certificate for the host name), so a second DNS
 answer cannot swap in another address. Redirects are not followed: a 3xx answer is a
@@ -55,13 +56,43 @@ def _remaining(deadline: float) -> float:
     return left
 
 
+# IPv6 prefixes whose addresses carry an IPv4 address in their last 32 bits: a packet to one
+# may reach that IPv4 address (a NAT64 gateway, a dual stack, SIIT), so it is judged by it.
+_EMBEDDING_LAST_32 = tuple(
+    ipaddress.IPv6Network(n)
+    for n in (
+        "::ffff:0:0/96",  # IPv4-mapped
+        "::/96",  # IPv4-compatible (deprecated; ::1 and :: are themselves not public)
+        "::ffff:0:0:0/96",  # IPv4-translated (SIIT)
+        "64:ff9b::/96",  # NAT64, the well-known prefix
+        "64:ff9b:1::/48",  # NAT64, local use
+    )
+)
+_TEREDO = ipaddress.IPv6Network("2001::/32")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries (IPv4-mapped, IPv4-compatible, IPv4-translated,
+    NAT64, 6to4, ISATAP), or None."""
+    if address.sixtofour is not None:
+        return address.sixtofour
+    value = int(address)
+    if any(address in network for network in _EMBEDDING_LAST_32):
+        return ipaddress.IPv4Address(value & 0xFFFFFFFF)
+    if (value >> 32) & 0xFDFFFFFF == 0x00005EFE:  # ISATAP interface id (::0:5efe / ::200:5efe)
+        return ipaddress.IPv4Address(value & 0xFFFFFFFF)
+    return None
+
+
 def _public(address: IPAddress) -> bool:
     if isinstance(address, ipaddress.IPv6Address):
-        for embedded in (address.ipv4_mapped, address.sixtofour):
-            if embedded is not None:
-                return _public(embedded)
-        if address.teredo is not None:
-            return False
+        if address in _TEREDO:
+            return False  # its IPv4 address is the server's and the client's, obfuscated: refuse
+        embedded = embedded_ipv4(address)
+        if embedded is not None and int(embedded) > 1:
+            # judged by the IPv4 address it carries, also where the IPv6 prefix itself would
+            # count as public (NAT64 64:ff9b::/96, IPv4-compatible ::a.b.c.d)
+            return _public(embedded)
     return address.is_global and not address.is_multicast
 
 
@@ -69,9 +100,9 @@ def allowed(address: IPAddress) -> bool:
     """Whether the worker may connect to ``address``: public, or inside an allowed network."""
     if _public(address):
         return True
-    candidates = [address]
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        candidates.append(address.ipv4_mapped)
+    candidates: list[IPAddress] = [address]
+    if isinstance(address, ipaddress.IPv6Address) and (embedded := embedded_ipv4(address)) is not None:
+        candidates.append(embedded)
     networks = [ipaddress.ip_network(n, strict=False) for n in conf.get().SERVICES.ALLOWED_NETWORKS]
     return any(a.version == n.version and a in n for a in candidates for n in networks)
 

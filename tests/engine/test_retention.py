@@ -382,6 +382,21 @@ def test_the_command_refuses_a_bad_date_and_changes_nothing(world: dict[str, Any
     assert table_counts() == counts
 
 
+def test_the_command_refuses_an_archive_folder_that_is_a_file_and_changes_nothing(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    # issue #40: pointed at a file, purge_runs ended in a traceback
+    a_file = tmp_path / "archive.jsonl"
+    a_file.write_text("")
+    counts = table_counts()
+    with pytest.raises(CommandError, match="^--archive-dir names a file, not a folder$"):
+        call_command("purge_runs", "--ended-before", "2999-01-01", "--archive-dir", str(a_file))
+    with pytest.raises(CommandError, match="^--archive-dir cannot be made"):
+        call_command("purge_runs", "--ended-before", "2999-01-01", "--archive-dir", str(a_file / "below"))
+    assert table_counts() == counts
+    assert a_file.read_text() == ""
+
+
 def _call(*args: str) -> str:
     from io import StringIO
 

@@ -265,6 +265,31 @@ def test_the_archive_replays_to_the_stored_state(world: dict[str, Any], tmp_path
     assert orphans() == {}
 
 
+def test_an_archive_line_holding_another_run_s_rows_is_refused_and_no_live_run_is_touched(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue #40: a tampered archive line carried a SIGNAL command naming another, live run;
+    restore_runs inserted it, and the live run received an injected signal."""
+    operations.purge_runs(ended_before=timezone.now(), archive_dir=str(tmp_path))
+    files = sorted(tmp_path.glob("runs-*.jsonl"))
+    lines = [json.loads(line) for path in files for line in path.read_text().splitlines()]
+    live_run = world["live"][0]
+    live = rows_of(world["live"])
+    counts = table_counts()
+    forged = lines[0]
+    command = dict(forged["commands"][0])
+    command.update(id=10**12, run_id=live_run, kind="SIGNAL", status="PENDING", seq=10**6, dedup_key="forged")
+    forged["commands"].append(command)
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_text("\n".join(json.dumps(item) for item in lines) + "\n")
+
+    with pytest.raises(CommandError, match="line 1 holds rows of another run than its own; nothing was restored"):
+        _call("restore_runs", str(tampered))
+    assert table_counts() == counts  # not even the lines before or after it
+    assert rows_of(world["live"]) == live
+    assert not Command.objects.filter(run_id=live_run, dedup_key="forged").exists()
+
+
 def test_a_crash_after_the_archive_loses_no_run(world: dict[str, Any], tmp_path: Path, monkeypatch: Any) -> None:
     """Killed between the fsynced archive and the commit: the rows stay, the next purge
     archives them again, and the archive holds them twice but restores them once."""

@@ -414,9 +414,9 @@ def test_the_command_refuses_an_archive_folder_that_is_a_file_and_changes_nothin
     a_file = tmp_path / "archive.jsonl"
     a_file.write_text("")
     counts = table_counts()
-    with pytest.raises(CommandError, match="^--archive-dir names a file, not a folder$"):
+    with pytest.raises(CommandError, match=r"^--archive-dir names a file, not a folder$"):
         call_command("purge_runs", "--ended-before", "2999-01-01", "--archive-dir", str(a_file))
-    with pytest.raises(CommandError, match="^--archive-dir cannot be made"):
+    with pytest.raises(CommandError, match=r"^--archive-dir cannot be made"):
         call_command("purge_runs", "--ended-before", "2999-01-01", "--archive-dir", str(a_file / "below"))
     assert table_counts() == counts
     assert a_file.read_text() == ""

@@ -17,7 +17,6 @@ single-run endpoints'); reading them, view runs. Adapters only: input → ``work
 from __future__ import annotations
 
 import json
-
 from typing import Any
 
 from django.http import QueryDict

@@ -162,6 +162,34 @@ def test_form_errors_are_shown_next_to_fields_value_free_and_start_nothing(demo_
     assert not Run.objects.exists()
 
 
+DETAILED = """
+definitionId: detailed
+definitionVersion: 1
+contract: {name: detailed.v1, signals: {}}
+stateSchema: {type: object}
+startPayloadSchema:
+  type: object
+  properties: {details: {type: object}}
+initialStep: done
+steps:
+  - {id: done, type: complete}
+"""
+
+
+def test_json_nested_thousands_deep_is_a_form_error_not_a_server_error(demo_users: dict[str, Any]) -> None:
+    """Issue #40: 5,000-deep JSON in a form's JSON field ended in a RecursionError (500)."""
+    deploy(DETAILED)
+    requester = _client(demo_users["requester"])
+    key = _key(requester.get("/requests/new/detailed/").content.decode())
+
+    deep = '{"a": ' * 5000 + "1" + "}" * 5000
+    answer = requester.post("/requests/new/detailed/", {"idempotency_key": key, "payload/details": deep})
+    assert answer.status_code == 422
+    html = answer.content.decode()
+    assert re.search(r'id="f-start-payload-details-errors"><li>Enter JSON that is nested less deeply.</li>', html)
+    assert not Run.objects.exists()
+
+
 def test_a_double_submit_starts_one_run(demo_users: dict[str, Any]) -> None:
     deploy(documents.APPROVAL)
     requester = _client(demo_users["requester"])

@@ -380,6 +380,8 @@ def _convert(f: Field, raw: str) -> Any:
             return jsonvalues.loads_input(raw)
         except jsonvalues.NumberOutOfRange:
             raise _Unreadable(_("Enter numbers that are finite and at most 1e308 in magnitude.")) from None
+        except jsonvalues.TooDeep:
+            raise _Unreadable(_("Enter JSON that is nested less deeply.")) from None
         except ValueError:
             raise _Unreadable(_("Enter valid JSON.")) from None
     if f.kind == "lines":

@@ -158,9 +158,40 @@ def new_secret() -> str:
 
 def signature(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     """``v1,<base64 HMAC-SHA256 of "id.timestamp.body">`` keyed with the secret's bytes."""
-    key = base64.b64decode(secret.removeprefix(SECRET_PREFIX))
+    return sign(base64.b64decode(secret.removeprefix(SECRET_PREFIX)), message_id, timestamp, body)
+
+
+def sign(key: bytes, message_id: str, timestamp: int, body: bytes) -> str:
+    """A Standard Webhooks signature (``v1,<base64>``) over id, timestamp and body."""
     signed = f"{message_id}.{timestamp}.".encode() + body
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode("ascii")
+
+
+REPLAY_WINDOW_SECONDS = 300
+
+
+def verify(
+    key: bytes,
+    headers: dict[str, str],
+    body: bytes,
+    *,
+    tolerance_seconds: int = REPLAY_WINDOW_SECONDS,
+    now: float | None = None,
+) -> bool:
+    """What a receiver checks (Standard Webhooks): one of ``webhook-signature``'s ``v1,``
+    signatures is the HMAC of ``webhook-id``, ``webhook-timestamp`` and the body, and the
+    timestamp is within ``tolerance_seconds`` of now, so a captured call replayed later, or with
+    another id or timestamp, is refused. ``headers`` with lower-case names."""
+    message_id = headers.get("webhook-id", "")
+    try:
+        timestamp = int(headers.get("webhook-timestamp", ""))
+    except ValueError:
+        return False
+    current = time.time() if now is None else now
+    if not message_id or abs(current - timestamp) > tolerance_seconds:
+        return False
+    expected = sign(key, message_id, timestamp, body)
+    return any(hmac.compare_digest(expected, given) for given in headers.get("webhook-signature", "").split())
 
 
 def _error_text(exc: BaseException) -> str:

@@ -1171,13 +1171,20 @@ def _subscription(webhook_id: Any, *, lock: bool = False) -> WebhookSubscription
 
 
 def webhook_create(
-    *, url: str, events: list[str], definition_id: str = "", active: bool = True, description: str = ""
+    *,
+    url: str,
+    events: list[str],
+    definition_id: str = "",
+    active: bool = True,
+    description: str = "",
+    owner: Any = None,
 ) -> tuple[WebhookSubscription, str]:
     """Subscribe an https ``url`` to ``events`` (``workflows.signals.EVENT_TYPES``), for every
-    definition or only ``definition_id``. Answers the subscription and its signing secret
-    (``whsec_...``), which is shown this once. Refuses INVALID_PAYLOAD (not https, credentials in
-    the URL, a literal non-public address outside the allowed networks, no or unknown event
-    types). In the caller's transaction, or its own."""
+    definition or only ``definition_id``, on behalf of ``owner`` (a user: its events are
+    delivered only while that user may view runs). Answers the subscription and its signing
+    secret (``whsec_...``), which is shown this once. Refuses INVALID_PAYLOAD (not https,
+    credentials in the URL, a literal non-public address outside the allowed networks, no or
+    unknown event types). In the caller's transaction, or its own."""
     event_engine.check_subscription(url=url, events=events)
     secret = event_engine.new_secret()
     subscription = WebhookSubscription.objects.create(
@@ -1186,6 +1193,7 @@ def webhook_create(
         definition_id=definition_id,
         active=active,
         description=description,
+        owner=str(owner.get_username())[:255] if owner is not None else "",
         secret=secret,
     )
     return subscription, secret

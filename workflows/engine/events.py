@@ -219,6 +219,10 @@ def deliver(intent: dict[str, Any]) -> None:
         raise webhooks.UndeliverableTarget("the webhook subscription was deleted")
     if not sub["active"]:
         raise webhooks.UndeliverableTarget("the webhook subscription is inactive")
+    if sub["owner"] and not _owner_may_view_runs(str(sub["owner"])):
+        # an event carries a run's metadata: only for an owner who may read runs (checked at
+        # every attempt, so a permission withdrawn later stops the deliveries)
+        raise webhooks.UndeliverableTarget("the webhook subscription's owner may not view runs")
     payload = intent["payload"] or {}
     message_id = str(payload.get("id", ""))
     body = db.dumps(payload).encode("utf-8")
@@ -250,6 +254,13 @@ def deliver(intent: dict[str, Any]) -> None:
             log.warning("writing the webhook attempt of intent %s failed", intent["id"], exc_info=True)
     if status >= 300:
         raise RuntimeError("the webhook receiver answered an error status")
+
+
+def _owner_may_view_runs(owner: str) -> bool:
+    from workflows import access, users
+
+    user = users.named(users.active_users(), owner).first()
+    return user is not None and access.has(user, access.Capability.VIEW_RUNS)
 
 
 def redeliver(intent_id: int) -> None:

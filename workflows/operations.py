@@ -800,13 +800,12 @@ def _signal_keyed(
         raise BusinessKeyAmbiguous("more than one open run of the definition has this business key")
     started: Recorded | None = None
     run_id = ""
-    if open_runs:
-        # lock, re-read, check: the run read as open may have ended since (its last segment
-        # committed in between); then a new run is started, as if none had been open, instead
-        # of a signal refused for an ended run (409 in 3-4 of 20 concurrent calls, issue #40).
-        # The business key's lock is held, so no other call starts one meanwhile.
-        if locks.lock_run(open_runs[0])["status"] not in ENDED_STATUSES:
-            run_id = str(open_runs[0])
+    # lock, re-read, check: the run read as open may have ended since (its last segment
+    # committed in between); then a new run is started, as if none had been open, instead of
+    # a signal refused for an ended run (409 in 3-4 of 20 concurrent calls, issue #40). The
+    # business key's lock is held, so no other call starts one meanwhile.
+    if open_runs and locks.lock_run(open_runs[0])["status"] not in ENDED_STATUSES:
+        run_id = str(open_runs[0])
     if not run_id and start is None:
         raise InstanceNotFound("no open run of the definition has this business key")
     if not run_id:

@@ -97,15 +97,17 @@ def _tx(operation: str, fn: Any, **kwargs: Any) -> Any:
         raise db.map_database_error(exc, operation) from None
 
 
-# A write's condition on the run's state version: one version, any of several, or none.
-ExpectedVersion = int | Collection[int] | None
+# A write's condition on the run: one state version, any of several, or none; an item may also
+# be a run's tag, (state version, next command sequence), which the write itself advances.
+ExpectedVersion = int | Collection[int | tuple[int, int]] | None
 
 
 def _conditional(
     *, record: Any, expected_state_version: ExpectedVersion, callers_first: bool = False, **kwargs: Any
 ) -> Any:
     """``record(**kwargs)`` (a recording on ``kwargs["run_id"]``), only while the run's
-    ``state_version`` is ``expected_state_version`` (or one of them); None: unconditional.
+    ``state_version`` is ``expected_state_version`` (or one of them), or its tag, (state
+    version, next command sequence), is one of them; None: unconditional.
 
     The compare holds the run's execution lock, taken here before the recording takes it again
     in the same transaction, so nothing can change the state between the compare and the write
@@ -121,7 +123,11 @@ def _conditional(
         teardown.lock_callers(kwargs["run_id"])
     run = locks.lock_run(kwargs["run_id"])
     expected = {expected_state_version} if isinstance(expected_state_version, int) else set(expected_state_version)
-    if int(run["state_version"]) in expected:
+    version = int(run["state_version"])
+    # a tag holds the next command sequence too: the recording below takes a sequence number
+    # in this transaction, under this lock, so a second writer holding the same tag finds it
+    # advanced (compare-and-set: one winner, the rest STATE_VERSION_MISMATCH)
+    if version in expected or (version, int(run["next_seq"])) in expected:
         return record(**kwargs)
     mismatch = StateVersionMismatch("the run's state version is not the one the request was conditioned on")
     if kwargs.get("idempotency_key"):

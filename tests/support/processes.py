@@ -132,6 +132,10 @@ class CeleryProcesses:
             "--loglevel", "info", "--pool", "prefork", "--concurrency", "2",
             "--hostname", f"test-outbound-{os.getpid()}-{self._outbound_starts}@%h",
             "--queues", self.outbound_queue,
+            "--include", "tests.support.celery_tasks",
+            # messages left by earlier sessions are for rows that no longer exist (the first
+            # start only: after a kill, the queued messages are this session's)
+            *(["--purge"] if self._outbound_starts == 1 else []),
             "--without-gossip", "--without-mingle", "--without-heartbeat",
         ]  # fmt: skip
         self.outbound_worker = self._spawn(argv, log, "test-outbound-worker")
@@ -145,6 +149,18 @@ class CeleryProcesses:
         except ProcessLookupError:
             pass
         self.worker.wait()
+
+    def kill_outbound_worker(self, *, restart: bool = True) -> None:
+        """SIGKILL the outbound worker and its pool (a delivery in flight is lost with it),
+        then start a new one unless ``restart`` is false."""
+        assert self.outbound_worker is not None
+        try:
+            os.killpg(self.outbound_worker.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.outbound_worker.wait()
+        if restart:
+            self.start_outbound_worker()
 
     def restart_worker(self) -> None:
         self.kill_worker()

@@ -301,6 +301,17 @@ def command_run(args: argparse.Namespace) -> int:
                 {**env, "SWITCHYARD_PROCESS": "worker"},
             )
         )
+        # deliveries (webhooks, service calls, notices) wait on other parties: their own queue
+        # and worker, so a slow receiver never holds the executor's (WORKFLOWS_OUTBOUND_QUEUE)
+        outbound_queue = env.get("WORKFLOWS_OUTBOUND_QUEUE") or "switchyard.outbound"
+        children.append(
+            Child(
+                "outbound",
+                [*celery, "worker", "-l", "info", "--concurrency", "4", "--queues", outbound_queue,
+                 "-n", f"switchyard-outbound-{os.getpid()}@%h"],
+                {**env, "SWITCHYARD_PROCESS": "outbound"},
+            )
+        )  # fmt: skip
         children.append(
             Child(
                 "beat",

@@ -102,6 +102,29 @@ def test_the_old_ops_radar_setting_is_named_by_a_warning() -> None:
     assert warning.id == "workflows.W010" and "WORKFLOWS['RADAR']" in warning.msg
 
 
+def test_the_bounds_of_issue_40_have_defaults_environment_variables_and_checks() -> None:
+    settings = conf.build({})
+    assert settings.OUTBOUND.QUEUE == "switchyard.outbound"
+    assert settings.OUTBOUND.ATTEMPT_SECONDS == 10
+    assert settings.EXECUTOR.MAX_RENDERED_CHARS == 65536
+    env = conf.from_environment(
+        {
+            "WORKFLOWS_OUTBOUND_QUEUE": "deliveries",
+            "WORKFLOWS_OUTBOUND_ATTEMPT_SECONDS": "4",
+            "WORKFLOWS_EXECUTOR_MAX_RENDERED_CHARS": "4096",
+        }
+    )
+    assert env["OUTBOUND"] == {"QUEUE": "deliveries", "ATTEMPT_SECONDS": 4}
+    assert env["EXECUTOR"] == {"MAX_RENDERED_CHARS": 4096}
+    assert conf.problems(
+        {"OUTBOUND": {"QUEUE": " ", "ATTEMPT_SECONDS": 0}, "EXECUTOR": {"MAX_RENDERED_CHARS": 10}}
+    ) == [
+        "WORKFLOWS['OUTBOUND']['QUEUE'] must name a queue",
+        "WORKFLOWS['OUTBOUND']['ATTEMPT_SECONDS'] must be at least 1",
+        "WORKFLOWS['EXECUTOR']['MAX_RENDERED_CHARS'] must be at least 256",
+    ]
+
+
 def test_a_given_value_replaces_only_its_default() -> None:
     settings = conf.build({"EXECUTOR": {"LEASE_SECONDS": 60}})
 

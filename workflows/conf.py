@@ -37,6 +37,9 @@ SPEC: dict[str, dict[str, tuple[Any, Any, type]]] = {
         # how long a message the sweep sent for a piece of work (an outbox delivery) is
         # presumed queued: the sweep sends no second one before, and recovers a lost one after
         "MESSAGE_LEASE_SECONDS": (60, 1, int),
+        # characters a text rendered from a template (a task's title and description, an
+        # e-mail's subject and body) may have; a longer one fails its step at render time
+        "MAX_RENDERED_CHARS": (65536, 256, int),
     },
     "DEFINITIONS": {
         "MAX_DOCUMENT_SIZE_BYTES": (262144, 1024, int),
@@ -79,6 +82,13 @@ SPEC: dict[str, dict[str, tuple[Any, Any, type]]] = {
     # are refused after DNS resolution unless a network here (CIDR text) contains them
     "SERVICES": {
         "ALLOWED_NETWORKS": ((), None, tuple),
+    },
+    # work that waits on another party (webhook deliveries, service calls, task notices):
+    # the Celery queue its own worker serves, never the executor's, and the deadline of one
+    # whole attempt (resolve, connect, TLS, send, status line, headers and body together)
+    "OUTBOUND": {
+        "QUEUE": ("switchyard.outbound", None, str),
+        "ATTEMPT_SECONDS": (10, 1, int),
     },
     # the data lifecycle (docs/operations.md, "Retention"): a key whose default is None may be
     # None (keep forever); ARCHIVE_DIR "" writes no archive
@@ -127,6 +137,7 @@ class WorkflowSettings:
     BULK: Section
     SECURITY: Section
     SERVICES: Section
+    OUTBOUND: Section
     RETENTION: Section
     RADAR: Section
 
@@ -157,6 +168,8 @@ def problems(raw: Any) -> list[str]:
             elif kind is str:
                 if not isinstance(value, str):
                     found.append(f"WORKFLOWS[{section!r}][{key!r}] must be a string")
+                elif (section, key) == ("OUTBOUND", "QUEUE") and not value.strip():
+                    found.append(f"WORKFLOWS[{section!r}][{key!r}] must name a queue")
             elif kind is tuple:
                 found.extend(_network_problems(section, key, value))
             elif kind is float:

@@ -86,9 +86,47 @@ def loads(text: str | bytes) -> Any:
     return json.loads(text, parse_float=Decimal)
 
 
+# How deep outside JSON text may nest before it is parsed at all: the parser recurses, and
+# 5,000 levels in a form field ended in a RecursionError (a 500). Deeper than every bound that
+# applies after parsing (payloads: 64), shallow enough for any stack.
+MAX_INPUT_DEPTH = 128
+
+
+class TooDeep(ValueError):
+    """JSON text nested deeper than ``MAX_INPUT_DEPTH`` (refused before parsing)."""
+
+
+def check_depth(text: str | bytes, max_depth: int = MAX_INPUT_DEPTH) -> None:
+    """Refuse JSON text nested deeper than ``max_depth`` (an iterative scan; brackets inside
+    strings do not count). Text with fewer brackets than that is not scanned."""
+    data = text.decode("utf-8", errors="replace") if isinstance(text, bytes) else text
+    if data.count("[") + data.count("{") <= max_depth:
+        return
+    depth = 0
+    in_string = escaped = False
+    for ch in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > max_depth:
+                raise TooDeep(f"JSON nested deeper than {max_depth} levels")
+        elif ch in "]}":
+            depth -= 1
+
+
 def loads_input(text: str | bytes, **kwargs: Any) -> Any:
-    """Outside JSON text: decimals as ``Decimal`` within the bounds, no NaN or Infinity.
-    Raises ``ValueError`` (``NumberOutOfRange`` for a number, ``JSONDecodeError`` else)."""
+    """Outside JSON text: decimals as ``Decimal`` within the bounds, no NaN or Infinity, nested
+    at most ``MAX_INPUT_DEPTH`` levels. Raises ``ValueError`` (``NumberOutOfRange`` for a
+    number, ``TooDeep`` for the nesting, ``JSONDecodeError`` else)."""
+    check_depth(text)
     return json.loads(text, parse_float=parse_decimal, parse_constant=_refuse_constant, **kwargs)
 
 

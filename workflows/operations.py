@@ -97,15 +97,17 @@ def _tx(operation: str, fn: Any, **kwargs: Any) -> Any:
         raise db.map_database_error(exc, operation) from None
 
 
-# A write's condition on the run's state version: one version, any of several, or none.
-ExpectedVersion = int | Collection[int] | None
+# A write's condition on the run: one state version, any of several, or none; an item may also
+# be a run's tag, (state version, next command sequence), which the write itself advances.
+ExpectedVersion = int | Collection[int | tuple[int, int]] | None
 
 
 def _conditional(
     *, record: Any, expected_state_version: ExpectedVersion, callers_first: bool = False, **kwargs: Any
 ) -> Any:
     """``record(**kwargs)`` (a recording on ``kwargs["run_id"]``), only while the run's
-    ``state_version`` is ``expected_state_version`` (or one of them); None: unconditional.
+    ``state_version`` is ``expected_state_version`` (or one of them), or its tag, (state
+    version, next command sequence), is one of them; None: unconditional.
 
     The compare holds the run's execution lock, taken here before the recording takes it again
     in the same transaction, so nothing can change the state between the compare and the write
@@ -121,7 +123,11 @@ def _conditional(
         teardown.lock_callers(kwargs["run_id"])
     run = locks.lock_run(kwargs["run_id"])
     expected = {expected_state_version} if isinstance(expected_state_version, int) else set(expected_state_version)
-    if int(run["state_version"]) in expected:
+    version = int(run["state_version"])
+    # a tag holds the next command sequence too: the recording below takes a sequence number
+    # in this transaction, under this lock, so a second writer holding the same tag finds it
+    # advanced (compare-and-set: one winner, the rest STATE_VERSION_MISMATCH)
+    if version in expected or (version, int(run["next_seq"])) in expected:
         return record(**kwargs)
     mismatch = StateVersionMismatch("the run's state version is not the one the request was conditioned on")
     if kwargs.get("idempotency_key"):
@@ -799,11 +805,17 @@ def _signal_keyed(
     if len(open_runs) > 1:
         raise BusinessKeyAmbiguous("more than one open run of the definition has this business key")
     started: Recorded | None = None
-    if open_runs:
+    run_id = ""
+    # lock, re-read, check: the run read as open may have ended since (its last segment
+    # committed in between); then a new run is started, as if none had been open, instead of
+    # a signal refused for an ended run (409 in 3-4 of 20 concurrent calls, issue #40). The
+    # business key's lock is held, so no other call starts one meanwhile.
+    if open_runs and locks.lock_run(open_runs[0])["status"] not in ENDED_STATUSES:
         run_id = str(open_runs[0])
-    elif start is None:
+    if not run_id and start is None:
         raise InstanceNotFound("no open run of the definition has this business key")
-    else:
+    if not run_id:
+        assert start is not None
         started = recording.start(
             definition_id=definition_id,
             payload=start["payload"],
@@ -1176,13 +1188,20 @@ def _subscription(webhook_id: Any, *, lock: bool = False) -> WebhookSubscription
 
 
 def webhook_create(
-    *, url: str, events: list[str], definition_id: str = "", active: bool = True, description: str = ""
+    *,
+    url: str,
+    events: list[str],
+    definition_id: str = "",
+    active: bool = True,
+    description: str = "",
+    owner: Any = None,
 ) -> tuple[WebhookSubscription, str]:
     """Subscribe an https ``url`` to ``events`` (``workflows.signals.EVENT_TYPES``), for every
-    definition or only ``definition_id``. Answers the subscription and its signing secret
-    (``whsec_...``), which is shown this once. Refuses INVALID_PAYLOAD (not https, credentials in
-    the URL, a literal non-public address outside the allowed networks, no or unknown event
-    types). In the caller's transaction, or its own."""
+    definition or only ``definition_id``, on behalf of ``owner`` (a user: its events are
+    delivered only while that user may view runs). Answers the subscription and its signing
+    secret (``whsec_...``), which is shown this once. Refuses INVALID_PAYLOAD (not https,
+    credentials in the URL, a literal non-public address outside the allowed networks, no or
+    unknown event types). In the caller's transaction, or its own."""
     event_engine.check_subscription(url=url, events=events)
     secret = event_engine.new_secret()
     subscription = WebhookSubscription.objects.create(
@@ -1191,6 +1210,7 @@ def webhook_create(
         definition_id=definition_id,
         active=active,
         description=description,
+        owner=str(owner.get_username())[:255] if owner is not None else "",
         secret=secret,
     )
     return subscription, secret

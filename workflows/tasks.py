@@ -6,7 +6,9 @@
 - ``workflows.sweep`` — beat backstop: expired leases, due timers, deferred commands,
   undelivered outbox intents, commands whose wake-up never came. Progress never depends on a
   message arriving.
-- ``workflows.deliver`` — deliver one outbox intent.
+- ``workflows.deliver`` — deliver one outbox intent, always on the outbound queue
+  (``WORKFLOWS["OUTBOUND"]["QUEUE"]``) and its own worker: a delivery waits on another party (a
+  webhook receiver, a service, the mail server), so it never holds an executor's worker.
 - ``workflows.bulk_apply`` — apply a bulk operation's batches (``engine/bulk_ops.py``) for at
   most ``EXECUTOR.DRAIN_SECONDS``, then hand the rest to a new message; the sweep resumes an
   operation whose batches stopped (a lost message, a killed worker).
@@ -92,8 +94,7 @@ def sweep() -> int:
     with transaction.atomic():  # one transaction for both, not one each (every 2 s)
         recovered = executor.recover_expired_runs()
         due = outbox.intents_to_send()  # only those with no delivery message queued (a lease each)
-    for intent_id in due:
-        deliver.delay(intent_id)
+    _publish_intents(due)  # onto the outbound queue: no HTTP on the executor's workers
     for operation_id in operations.bulk_operations_stalled():
         bulk_apply.delay(operation_id)
     _publish_migrations(operations.migration_due_background())
@@ -209,9 +210,16 @@ def _publish_runs(items: list[tuple[str, datetime | None]]) -> None:
             run_instance.apply_async(args=[run_id], eta=available_at, argsrepr=f"['{run_id}']", kwargsrepr="{}")
 
 
+def outbound_queue() -> str:
+    """The queue deliveries go to (``WORKFLOWS["OUTBOUND"]["QUEUE"]``), served by a worker of
+    its own (``celery worker --queues <it>``), never by the executor's."""
+    return str(conf.get().OUTBOUND.QUEUE)
+
+
 def _publish_intents(ids: list[int]) -> None:
+    queue = outbound_queue()
     for intent_id in ids:
-        publish.publish(deliver, [intent_id], f"[{int(intent_id)}]")
+        deliver.apply_async(args=[int(intent_id)], queue=queue, argsrepr=f"[{int(intent_id)}]", kwargsrepr="{}")
 
 
 @worker_init.connect

@@ -131,6 +131,9 @@ BAD_BODIES: list[tuple[Callable[[str], dict[str, Any]], str, str]] = [
     (lambda run: {"action": "cancel"}, "", "one_of"),
     (lambda run: {"action": "cancel", "filter": {"status": ["WAITING"]}, "run_ids": [run]}, "", "one_of"),
     (lambda run: {"action": "cancel", "filter": {}}, "/filter", "required"),
+    # issue #40: the guard looks into the members ({} is contained in every state)
+    (lambda run: {"action": "cancel", "filter": {"state": {}}}, "/filter", "required"),
+    (lambda run: {"action": "cancel", "filter": {"state": " {} "}}, "/filter", "required"),
     (lambda run: {"action": "cancel", "filter": {"stauts": SENTINEL}}, "/filter/stauts", "unknown"),
     (lambda run: {"action": "cancel", "filter": {"created_after": SENTINEL}}, "/filter/created_after", "instant"),
     (lambda run: {"action": "cancel", "filter": {"status": [SENTINEL]}}, "/filter/status", "invalid_choice"),

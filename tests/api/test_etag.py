@@ -49,11 +49,12 @@ def test_a_run_answers_its_state_version_as_a_strong_etag(
 ) -> None:
     answer = admin_api.get(f"/api/v1/runs/{waiting_run}/")
     assert answer.status_code == 200
-    assert answer["ETag"] == f'"{answer.json()["state_version"]}"' == '"1"'
+    seq = Run.objects.get(pk=waiting_run).next_seq
+    assert answer["ETag"] == f'"{answer.json()["state_version"]}.{seq}"' == f'"1.{seq}"'
 
     admin_api.post(f"/api/v1/runs/{waiting_run}/signals/", {"name": "paid", "payload": {"amount": 5}}, format="json")
     drain()
-    assert admin_api.get(f"/api/v1/runs/{waiting_run}/")["ETag"] == '"2"'
+    assert admin_api.get(f"/api/v1/runs/{waiting_run}/")["ETag"] == f'"2.{seq + 1}"'
 
 
 def test_a_signal_with_the_current_etag_is_recorded_and_a_stale_one_is_412(
@@ -110,8 +111,9 @@ def test_every_write_under_the_run_refuses_a_stale_etag_and_changes_nothing(
 
 
 def test_cancel_with_the_current_etag_cancels(admin_api: APIClient, waiting_run: str) -> None:
+    etag = admin_api.get(f"/api/v1/runs/{waiting_run}/")["ETag"]
     answer = admin_api.post(
-        f"/api/v1/runs/{waiting_run}/cancel/", {"reason": "dup"}, format="json", HTTP_IF_MATCH='"0", "1"'
+        f"/api/v1/runs/{waiting_run}/cancel/", {"reason": "dup"}, format="json", HTTP_IF_MATCH=f'"0.1", {etag}'
     )
     assert answer.status_code == 200, answer.content
     assert answer.json()["status"] == "CANCELLED"
@@ -124,7 +126,8 @@ def test_without_if_match_or_with_a_star_the_writes_are_unconditional(admin_api:
     star = admin_api.post(f"/api/v1/runs/{waiting_run}/retry/", HTTP_IF_MATCH="*")
     assert_problem(star, 409, "SIGNAL_REJECTED")
     # the check comes first: a matching tag lets the operation refuse as it would
-    matching = admin_api.post(f"/api/v1/runs/{waiting_run}/retry/", HTTP_IF_MATCH='"1"')
+    etag = admin_api.get(f"/api/v1/runs/{waiting_run}/")["ETag"]
+    matching = admin_api.post(f"/api/v1/runs/{waiting_run}/retry/", HTTP_IF_MATCH=etag)
     assert_problem(matching, 409, "SIGNAL_REJECTED")
 
 
@@ -148,12 +151,14 @@ def test_an_unknown_run_is_404_whatever_the_tag(admin_api: APIClient, waiting_ru
 def test_a_repeat_under_the_same_idempotency_key_answers_the_first_signal_not_412(
     admin_api: APIClient, waiting_run: str, drain: Callable[..., int]
 ) -> None:
+    etag = admin_api.get(f"/api/v1/runs/{waiting_run}/")["ETag"]
+
     def send() -> Any:
         return admin_api.post(
             f"/api/v1/runs/{waiting_run}/signals/",
             {"name": "paid", "payload": {"amount": 5}},
             format="json",
-            HTTP_IF_MATCH='"1"',
+            HTTP_IF_MATCH=etag,
             HTTP_IDEMPOTENCY_KEY="pay-7",
         )
 
@@ -181,6 +186,7 @@ def test_the_compare_holds_the_runs_lock(admin_api: APIClient, waiting_run: str)
         finally:
             connection.close()
 
+    etag = admin_api.get(f"/api/v1/runs/{waiting_run}/")["ETag"]
     thread = threading.Thread(target=writer)
     thread.start()
     assert locked.wait(10)
@@ -189,8 +195,42 @@ def test_the_compare_holds_the_runs_lock(admin_api: APIClient, waiting_run: str)
         f"/api/v1/runs/{waiting_run}/signals/",
         {"name": "paid", "payload": {"amount": 5}},
         format="json",
-        HTTP_IF_MATCH='"1"',
+        HTTP_IF_MATCH=etag,
     )
     thread.join(10)
     assert_problem(answer, 412, "STATE_VERSION_MISMATCH")
     assert Command.objects.filter(run_id=waiting_run, kind="SIGNAL").count() == 0
+
+
+def test_concurrent_writers_holding_one_tag_one_wins_the_rest_are_412(
+    admin_api: APIClient, waiting_run: str, make_user: Any, client_for: Any
+) -> None:
+    """Issue #40: ten concurrent writers holding one tag were all accepted. The tag holds the
+    run's next command sequence, which the winning write advances under the run's lock."""
+    etag = admin_api.get(f"/api/v1/runs/{waiting_run}/")["ETag"]
+    user = make_user("signaller", "workflows.change_run", "workflows.view_run")
+    clients = [client_for(user) for _ in range(10)]
+    start = threading.Event()
+    answers: list[int] = []
+
+    def writer(n: int) -> None:
+        try:
+            start.wait(10)
+            answer = clients[n].post(
+                f"/api/v1/runs/{waiting_run}/signals/",
+                {"name": "paid", "payload": {"amount": n}},
+                format="json",
+                HTTP_IF_MATCH=etag,
+            )
+            answers.append(answer.status_code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(10)]
+    for thread in threads:
+        thread.start()
+    start.set()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(answers) == [202] + [412] * 9
+    assert Command.objects.filter(run_id=waiting_run, kind="SIGNAL").count() == 1

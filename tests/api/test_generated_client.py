@@ -121,7 +121,7 @@ def test_the_generated_client_runs_the_walk_through(
 
     # read it: the typed run and its ETag
     read = module("api.runs.runs_retrieve").sync_detailed(run.id, client=admin)
-    assert read.status_code == 200 and read.headers["ETag"] == f'"{read.parsed.state_version}"'
+    assert read.status_code == 200 and read.headers["ETag"].startswith(f'"{read.parsed.state_version}.')
     assert read.parsed.state == {"number": "PO-1001", "total": 100}
 
     # signal it, conditioned on the state read: the run moves on to the approvers' task

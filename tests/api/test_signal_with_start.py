@@ -162,6 +162,57 @@ def test_two_concurrent_calls_start_one_run(
     assert Command.objects.filter(run=run, kind="SIGNAL").count() == 2
 
 
+def test_an_open_run_that_ends_before_the_signal_is_replaced_by_a_new_run(
+    make_user: Callable[..., Any], client_for: Callable[..., APIClient], deployed: Callable[..., Any]
+) -> None:
+    """Issue #40: 3-4 of 20 concurrent calls answered 409 when the open run ended between the
+    look-up and the signal. Here the run ends (a transaction holding its lock commits COMPLETED)
+    while the call, having read it as open, waits for that lock: the call starts a new run."""
+    deployed()
+    user = make_user("integrator", "workflows.add_run", "workflows.change_run")
+    admin_api = client_for(make_user("boss", "workflows.add_run", "workflows.change_run", "workflows.view_run"))
+    ending = start(admin_api, "PO-9")
+    held, release = threading.Event(), threading.Event()
+    answers: list[Any] = []
+
+    def ender() -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("UPDATE workflow_runs SET status = 'COMPLETED' WHERE id = %s", [ending])
+                held.set()
+                release.wait(20)
+        finally:
+            connection.close()
+
+    def caller() -> None:
+        try:
+            answers.append(client_for(user).post(WITH_START, body(), format="json"))
+        finally:
+            connection.close()
+
+    end = threading.Thread(target=ender)
+    end.start()
+    assert held.wait(10)
+    call = threading.Thread(target=caller)
+    call.start()
+
+    def waiting_on_locks() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            return int(cursor.fetchone()[0])
+
+    eventually(lambda: waiting_on_locks() >= 1, timeout=10, what="the call waiting on the run's lock")
+    release.set()
+    for thread in (end, call):
+        thread.join(20)
+
+    [answer] = answers
+    assert answer.status_code == 202, answer.content
+    assert answer.json()["started"] is True and answer.json()["run"] != ending
+    assert not Command.objects.filter(run_id=ending, kind="SIGNAL").exists()
+    assert Command.objects.filter(run_id=answer.json()["run"], kind="SIGNAL").count() == 1
+
+
 def test_signal_with_start_needs_both_capabilities(
     make_user: Callable[..., Any], client_for: Callable[..., APIClient], deployed: Callable[..., Any]
 ) -> None:

@@ -219,7 +219,10 @@ def test_saga_compensates_in_reverse_order_once_when_a_worker_dies_mid_compensat
         what="the first compensation to start",
         details=celery_worker_process.logs,
     )
-    crash_celery_worker()  # killed inside the first compensation's delivery
+    # killed inside the first compensation's delivery, which runs on the outbound queue's
+    # worker (issue #40: deliveries never run on the executor's)
+    celery_worker_process.kill_outbound_worker()
+    crash_celery_worker()
     gate.unlink()
     eventually(
         lambda: OutboxIntent.objects.filter(run_id=run_id, kind="COMPENSATION", status="DELIVERED").count() == 3,

@@ -1,10 +1,11 @@
 """Events out through a real Celery worker: the worker runs the segments that record the
-events and delivers their webhooks itself (inline, after commit), signed, once per event id.
+events and then delivers their webhooks from the outbound queue, signed, once per event id.
 
-The worker is one of this module's own, on a queue of its own: it trusts the receiver's
-certificate (``SSL_CERT_FILE``) and allows 127.0.0.1 (``WORKFLOWS_SERVICES_ALLOWED_NETWORKS``),
-which the suite's worker must not (its tests refuse loopback). This process's wake-ups for
-these runs go to that queue.
+The worker is one of this module's own, on a queue of its own that is also its outbound queue
+(``WORKFLOWS_OUTBOUND_QUEUE``; production runs a separate worker there, see
+tests/engine/test_e2e_outbound.py): it trusts the receiver's certificate (``SSL_CERT_FILE``) and
+allows 127.0.0.1 (``WORKFLOWS_SERVICES_ALLOWED_NETWORKS``), which the suite's worker must not
+(its tests refuse loopback). This process's wake-ups for these runs go to that queue.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def webhook_worker(
         "SWITCHYARD_DB_NAME": connection.settings_dict["NAME"],
         "SSL_CERT_FILE": str(receiver.cert),
         "WORKFLOWS_SERVICES_ALLOWED_NETWORKS": "127.0.0.1/32",
+        "WORKFLOWS_OUTBOUND_QUEUE": QUEUE,
     }
     worker = CeleryProcesses(env, tmp_path_factory.mktemp("webhook-worker"), queue=QUEUE)
     try:

@@ -268,6 +268,31 @@ def test_the_archive_replays_to_the_stored_state(world: dict[str, Any], tmp_path
     assert orphans() == {}
 
 
+def test_an_archive_line_holding_another_run_s_rows_is_refused_and_no_live_run_is_touched(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue #40: a tampered archive line carried a SIGNAL command naming another, live run;
+    restore_runs inserted it, and the live run received an injected signal."""
+    operations.purge_runs(ended_before=timezone.now(), archive_dir=str(tmp_path))
+    files = sorted(tmp_path.glob("runs-*.jsonl"))
+    lines = [json.loads(line) for path in files for line in path.read_text().splitlines()]
+    live_run = world["live"][0]
+    live = rows_of(world["live"])
+    counts = table_counts()
+    forged = lines[0]
+    command = dict(forged["commands"][0])
+    command.update(id=10**12, run_id=live_run, kind="SIGNAL", status="PENDING", seq=10**6, dedup_key="forged")
+    forged["commands"].append(command)
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_text("\n".join(json.dumps(item) for item in lines) + "\n")
+
+    with pytest.raises(CommandError, match="line 1 holds rows of another run than its own; nothing was restored"):
+        _call("restore_runs", str(tampered))
+    assert table_counts() == counts  # not even the lines before or after it
+    assert rows_of(world["live"]) == live
+    assert not Command.objects.filter(run_id=live_run, dedup_key="forged").exists()
+
+
 def test_a_crash_after_the_archive_loses_no_run(world: dict[str, Any], tmp_path: Path, monkeypatch: Any) -> None:
     """Killed between the fsynced archive and the commit: the rows stay, and the next purge of
     the same runs replaces that file (named by its runs) rather than writing a second copy."""
@@ -385,6 +410,21 @@ def test_the_command_refuses_a_bad_date_and_changes_nothing(world: dict[str, Any
     with pytest.raises(CommandError, match="batch-size"):
         call_command("purge_runs", "--ended-before", "2999-01-01", "--batch-size", "0")
     assert table_counts() == counts
+
+
+def test_the_command_refuses_an_archive_folder_that_is_a_file_and_changes_nothing(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    # issue #40: pointed at a file, purge_runs ended in a traceback
+    a_file = tmp_path / "archive.jsonl"
+    a_file.write_text("")
+    counts = table_counts()
+    with pytest.raises(CommandError, match=r"^--archive-dir names a file, not a folder$"):
+        call_command("purge_runs", "--ended-before", "2999-01-01", "--archive-dir", str(a_file))
+    with pytest.raises(CommandError, match=r"^--archive-dir cannot be made"):
+        call_command("purge_runs", "--ended-before", "2999-01-01", "--archive-dir", str(a_file / "below"))
+    assert table_counts() == counts
+    assert a_file.read_text() == ""
 
 
 def _call(*args: str) -> str:

@@ -52,11 +52,17 @@ def test_a_notice_nobody_can_receive_is_recorded_delivered(deploy: Any, drain: A
     assert not mail.outbox
 
 
-def test_a_worker_s_wake_up_delivers_the_notice_it_recorded(deploy: Any) -> None:
+def test_a_worker_s_wake_up_leaves_the_notice_to_the_outbound_worker(deploy: Any) -> None:
+    """Issue #40: an e-mail waits on the mail server, so the executor's wake-up records the
+    notice and the outbound queue's worker (``workflows.deliver``) sends it."""
     approvers(("alice", "alice@example.com"))
     deploy(documents.APPROVAL)
     run_id = operations.start(definition_id="approval", payload={"number": "N-3", "total": 5000}).run_id
     tasks.run_instance(str(run_id))
+    intent = notice(run_id)
+    assert intent.status == "PENDING" and intent.attempts == 0
+    assert not mail.outbox
+    assert tasks.deliver(intent.pk) == "DELIVERED"
     intent = notice(run_id)
     assert intent.status == "DELIVERED" and intent.attempts == 1 and intent.token is None
     assert [m.to for m in mail.outbox] == [["alice@example.com"]]

@@ -279,3 +279,31 @@ def test_an_expired_task_and_a_migrated_run_are_events(
     ]
     (migrated,) = [e for e in heard if e.type == "run.migrated"]
     assert migrated.run_id == str(moving) and migrated.definition_version == 2
+
+
+def test_events_reach_only_subscriptions_whose_owner_may_view_runs(
+    deploy: Callable[..., Any], drain: Callable[..., int], receiver: Any, allow_loopback: None
+) -> None:
+    """Issue #40: a webhook subscriber without run permissions received every run's metadata."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+
+    model = get_user_model()
+    manager = model.objects.create_user("hooks-only", password="x")
+    manager.user_permissions.add(Permission.objects.get(codename="change_webhooksubscription"))
+    reader = model.objects.create_user("hooks-and-runs", password="x")
+    reader.user_permissions.add(
+        Permission.objects.get(codename="change_webhooksubscription"), Permission.objects.get(codename="view_run")
+    )
+    deploy(documents.APPROVAL)
+    blind, _ = operations.webhook_create(url=receiver.url + "/blind", events=["run.started"], owner=manager)
+    seeing, _ = operations.webhook_create(url=receiver.url + "/seeing", events=["run.started"], owner=reader)
+    operations.start(definition_id="approval", payload={"number": "N-9", "total": 5000})
+    drain()
+    deliver_pending()
+
+    assert [r.path for r in receiver.received()] == ["/hook/seeing"]
+    refused = OutboxIntent.objects.get(kind="EVENT", target=str(blind.id))
+    assert refused.status == "DEAD"
+    assert refused.last_error == "DELIVERY_REFUSED: the webhook subscription's owner may not view runs"
+    assert OutboxIntent.objects.get(kind="EVENT", target=str(seeing.id)).status == "DELIVERED"

@@ -1,6 +1,7 @@
 """The harness's processes: two Celery workers (``--pool solo``: the worker process is the
-executor, so a SIGKILL kills the executor mid-whatever) and one beat, each in its own
-process group, plus the disruptions the chaos schedule applies to them.
+executor, so a SIGKILL kills the executor mid-whatever), the outbound queue's worker (the
+deliveries the executor's workers do not make themselves, issue #40) and one beat, each in its
+own process group, plus the disruptions the chaos schedule applies to the executor's workers.
 
 Only processes this module started are ever signalled, by their pid; database backends are
 terminated only when they serve this fleet (``application_name`` and database both match).
@@ -68,10 +69,13 @@ class Fleet:
         self.worker_env = worker_env or {}  # per worker index: variables only that worker gets
         self.beat: subprocess.Popen[bytes] | None = None
         self.beat_starts = 0
+        self.outbound: subprocess.Popen[bytes] | None = None
+        self.outbound_starts = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         self.start_beat()
+        self.start_outbound()
         for worker in self.workers:
             self.start_worker(worker)
 
@@ -82,6 +86,8 @@ class Fleet:
                 stop_process_group(worker.proc, grace=10)
         if self.beat is not None:
             stop_process_group(self.beat, grace=5)
+        if self.outbound is not None:
+            stop_process_group(self.outbound, grace=10)
 
     def start_worker(self, worker: Worker, *, wait: bool = True) -> None:
         assert not worker.alive(), "the worker is running"
@@ -98,6 +104,22 @@ class Fleet:
         worker.pids.append(worker.proc.pid)
         if wait:
             self._wait_for(worker.proc, log, " ready.", worker.name)
+
+    def start_outbound(self) -> None:
+        """The outbound queue's worker (``WORKFLOWS_OUTBOUND_QUEUE``, default
+        ``switchyard.outbound``); stale messages of earlier runs are purged on its first start."""
+        self.outbound_starts += 1
+        log = self.workdir / f"rel-outbound-{self.outbound_starts}.log"
+        argv = [
+            sys.executable, "-m", "celery", "-A", "config", "worker",
+            "--loglevel", "info", "--pool", "solo",
+            "--queues", self.env.get("WORKFLOWS_OUTBOUND_QUEUE") or "switchyard.outbound",
+            "--hostname", f"rel-outbound-{os.getpid()}-{self.outbound_starts}@%h",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            *(["--purge"] if self.outbound_starts == 1 else []),
+        ]  # fmt: skip
+        self.outbound = self._spawn(argv, log, "rel-outbound")
+        self._wait_for(self.outbound, log, " ready.", "the outbound worker")
 
     def start_beat(self) -> None:
         self.beat_starts += 1
@@ -119,6 +141,9 @@ class Fleet:
         if self.beat is not None and self.beat.poll() is not None:
             self.start_beat()
             restarted.append("beat")
+        if self.outbound is not None and self.outbound.poll() is not None:
+            self.start_outbound()
+            restarted.append("outbound")
         return restarted
 
     # -- disruptions -------------------------------------------------------------------------

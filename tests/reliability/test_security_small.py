@@ -376,6 +376,16 @@ steps:
         ("::ffff:127.0.0.1", False),
         ("::ffff:10.0.0.1", False),
         ("2002:7f00:1::", False),  # 6to4 of 127.0.0.1
+        # issue #40: every IPv6 form that carries an IPv4 address is judged by it
+        ("64:ff9b::7f00:1", False),  # NAT64 (well-known prefix) of 127.0.0.1
+        ("64:ff9b::a9fe:a9fe", False),  # NAT64 of 169.254.169.254 (cloud metadata)
+        ("64:ff9b:1::a00:1", False),  # NAT64 (local use) of 10.0.0.1
+        ("::127.0.0.1", False),  # IPv4-compatible
+        ("::10.0.0.1", False),  # IPv4-compatible
+        ("::ffff:0:10.0.0.1", False),  # IPv4-translated (SIIT)
+        ("2606:4700::5efe:7f00:1", False),  # ISATAP interface id over 127.0.0.1
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", False),  # Teredo
+        ("64:ff9b::5db8:d822", True),  # NAT64 of 93.184.216.34 (public)
         ("93.184.216.34", True),
         ("2606:2800:220:1:248:1893:25c8:1946", True),
         ("::ffff:93.184.216.34", True),

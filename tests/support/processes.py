@@ -73,18 +73,35 @@ class CeleryProcesses:
     READY_TIMEOUT = 90.0
 
     def __init__(
-        self, env: dict[str, str], workdir: Path, *, concurrency: int = 2, pool: str = "prefork", queue: str = ""
+        self,
+        env: dict[str, str],
+        workdir: Path,
+        *,
+        concurrency: int = 2,
+        pool: str = "prefork",
+        queue: str = "",
+        outbound: bool | None = None,
     ) -> None:
         self.env = env
         self.workdir = workdir
         self.concurrency = concurrency
         self.pool = pool  # "solo": the worker process runs the tasks itself
         self.queue = queue  # consume this queue only (default: the app's default queue)
+        # a second worker on the outbound queue (deliveries: webhooks, service calls, notices),
+        # as production runs one (docs/operations.md); by default with a worker of the default
+        # queue, whose deliveries it serves. Its queue: WORKFLOWS_OUTBOUND_QUEUE of ``env``.
+        self.outbound = (not queue) if outbound is None else outbound
         self.worker: subprocess.Popen[bytes] | None = None
+        self.outbound_worker: subprocess.Popen[bytes] | None = None
         self.beat: subprocess.Popen[bytes] | None = None
         self.worker_log: Path | None = None
         self.beat_log: Path | None = None
         self._starts = 0
+        self._outbound_starts = 0
+
+    @property
+    def outbound_queue(self) -> str:
+        return self.env.get("WORKFLOWS_OUTBOUND_QUEUE") or "switchyard.outbound"
 
     # -- worker ---------------------------------------------------------------------------
     def start_worker(self) -> None:
@@ -103,6 +120,26 @@ class CeleryProcesses:
             argv += ["--queues", self.queue]
         self.worker = self._spawn(argv, self.worker_log, "test-worker")
         self._wait_for(self.worker, self.worker_log, " ready.", "the Celery worker")
+        if self.outbound and (self.outbound_worker is None or self.outbound_worker.poll() is not None):
+            self.start_outbound_worker()
+
+    def start_outbound_worker(self) -> None:
+        """The worker of the outbound queue (prefork, 2 processes), never the executor's."""
+        self._outbound_starts += 1
+        log = self.workdir / f"outbound-worker-{self._outbound_starts}.log"
+        argv = [
+            sys.executable, "-m", "celery", "-A", "config", "worker",
+            "--loglevel", "info", "--pool", "prefork", "--concurrency", "2",
+            "--hostname", f"test-outbound-{os.getpid()}-{self._outbound_starts}@%h",
+            "--queues", self.outbound_queue,
+            "--include", "tests.support.celery_tasks",
+            # messages left by earlier sessions are for rows that no longer exist (the first
+            # start only: after a kill, the queued messages are this session's)
+            *(["--purge"] if self._outbound_starts == 1 else []),
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+        ]  # fmt: skip
+        self.outbound_worker = self._spawn(argv, log, "test-outbound-worker")
+        self._wait_for(self.outbound_worker, log, " ready.", "the outbound Celery worker")
 
     def kill_worker(self) -> None:
         """SIGKILL the worker and its pool: no warm shutdown, no ack, no cleanup."""
@@ -112,6 +149,18 @@ class CeleryProcesses:
         except ProcessLookupError:
             pass
         self.worker.wait()
+
+    def kill_outbound_worker(self, *, restart: bool = True) -> None:
+        """SIGKILL the outbound worker and its pool (a delivery in flight is lost with it),
+        then start a new one unless ``restart`` is false."""
+        assert self.outbound_worker is not None
+        try:
+            os.killpg(self.outbound_worker.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.outbound_worker.wait()
+        if restart:
+            self.start_outbound_worker()
 
     def restart_worker(self) -> None:
         self.kill_worker()
@@ -133,7 +182,7 @@ class CeleryProcesses:
 
     # -- both -----------------------------------------------------------------------------
     def stop(self) -> None:
-        for proc in (self.beat, self.worker):
+        for proc in (self.beat, self.worker, self.outbound_worker):
             if proc is not None:
                 stop_process_group(proc)
 

@@ -1,13 +1,13 @@
 """Several machines, one database: the production layout of docs/operations.md, killed node by node.
 
-Two gunicorn web nodes (the second recording-only), two Celery worker nodes (prefork), one
-beat, RabbitMQ as the broker, and every process reaching PostgreSQL through PgBouncer in
-transaction pooling mode (Debian's package, started here). ``TOPOLOGY_RUNS`` runs (5,000) are
-started and signalled through the two web nodes' API by a client that retries what failed with
-the same idempotency key, while each node — both web nodes, both workers, beat and PgBouncer
-itself — is killed with SIGKILL and restarted once. Then: every run ended, none lost, none
-duplicated, every command settled exactly once, each run's history contiguous and its decision
-log replaying to its state.
+Two gunicorn web nodes (the second recording-only), two Celery worker nodes (prefork), the
+outbound queue's worker (deliveries), one beat, RabbitMQ as the broker, and every process
+reaching PostgreSQL through PgBouncer in transaction pooling mode (Debian's package, started
+here). ``TOPOLOGY_RUNS`` runs (5,000) are started and signalled through the two web nodes' API
+by a client that retries what failed with the same idempotency key, while each node — both web
+nodes, both workers, beat and PgBouncer itself — is killed with SIGKILL and restarted once.
+Then: every run ended, none lost, none duplicated, every command settled exactly once, each
+run's history contiguous and its decision log replaying to its state.
 
     python3 dev.py test --topology          # TOPOLOGY_RUNS=500 for a quicker pass
 
@@ -280,6 +280,12 @@ def topology(tmp_path: Path) -> Iterator[Topology]:
         argv += ["--concurrency", "2", "--prefetch-multiplier", "1", "-O", "fair", "--hostname", f"topo-w{i}@%h"]
         argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
         topo.nodes[f"worker-{i}"] = Node(f"worker-{i}", argv, env, log_says(" ready."))
+    # deliveries (webhooks, service calls, notices) on their own queue and worker, as in
+    # docs/operations.md: never on the executor's workers
+    outbound = [sys.executable, "-m", "celery", "-A", "config", "worker", "--loglevel", "info", "--pool", "prefork"]
+    outbound += ["--concurrency", "2", "--prefetch-multiplier", "1", "--queues", "switchyard.outbound"]
+    outbound += ["--hostname", "topo-outbound@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+    topo.nodes["outbound"] = Node("outbound", outbound, env, log_says(" ready."))
     beat = [sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", "info"]
     beat += ["--schedule", str(tmp_path / "beat-schedule")]
     topo.nodes["beat"] = Node("beat", beat, env, log_says("beat: Starting..."))

@@ -162,6 +162,64 @@ def test_form_errors_are_shown_next_to_fields_value_free_and_start_nothing(demo_
     assert not Run.objects.exists()
 
 
+DETAILED = """
+definitionId: detailed
+definitionVersion: 1
+contract: {name: detailed.v1, signals: {}}
+stateSchema: {type: object}
+startPayloadSchema:
+  type: object
+  properties: {details: {type: object}}
+initialStep: done
+steps:
+  - {id: done, type: complete}
+"""
+
+
+def test_json_nested_thousands_deep_is_a_form_error_not_a_server_error(demo_users: dict[str, Any]) -> None:
+    """Issue #40: 5,000-deep JSON in a form's JSON field ended in a RecursionError (500)."""
+    deploy(DETAILED)
+    requester = _client(demo_users["requester"])
+    key = _key(requester.get("/requests/new/detailed/").content.decode())
+
+    deep = '{"a": ' * 5000 + "1" + "}" * 5000
+    answer = requester.post("/requests/new/detailed/", {"idempotency_key": key, "payload/details": deep})
+    assert answer.status_code == 422
+    html = answer.content.decode()
+    assert re.search(r'id="f-start-payload-details-errors"><li>Enter JSON that is nested less deeply.</li>', html)
+    assert not Run.objects.exists()
+
+
+def test_a_start_schema_with_thousands_of_properties_is_edited_as_one_json_field(
+    demo_users: dict[str, Any],
+) -> None:
+    """Issue #40: a start form was quadratic in its properties (20,000 took 11.5 s a page). Past
+    ``forms.MAX_FORM_FIELDS`` the payload is one JSON field; below it the page is linear."""
+    from workflows.presentation import forms
+
+    names = [f"p{n}" for n in range(5000)]
+    properties = ", ".join(f"{name}: {{type: string}}" for name in names)
+    deploy(
+        DETAILED.replace("detailed", "wide").replace(
+            "properties: {details: {type: object}}", f"properties: {{{properties}}}"
+        )
+    )
+    requester = _client(demo_users["requester"])
+    page = requester.get("/requests/new/wide/").content.decode()
+    assert page.count('name="payload/p') == 0
+    assert 'name="payload" rows="6" class="mono"' in page  # the whole payload as one JSON field
+
+    key = _key(page)
+    answer = requester.post("/requests/new/wide/", {"idempotency_key": key, "payload": '{"p1": "x", "p4999": "y"}'})
+    assert answer.status_code == 302
+    assert Run.objects.count() == 1
+
+    # at the cap the fields are drawn, in the order the document wrote them
+    at_cap = {"type": "object", "properties": {name: {"type": "string"} for name in names[: forms.MAX_FORM_FIELDS]}}
+    form = forms.build("start", at_cap, order=at_cap)
+    assert [f.pointer for f in form.fields] == [f"/{name}" for name in names[: forms.MAX_FORM_FIELDS]]
+
+
 def test_a_double_submit_starts_one_run(demo_users: dict[str, Any]) -> None:
     deploy(documents.APPROVAL)
     requester = _client(demo_users["requester"])

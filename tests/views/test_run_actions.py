@@ -92,6 +92,19 @@ def test_a_bad_signal_payload_is_a_form_error_and_sends_nothing(waiting: Run) ->
     assert commands_of(waiting) == before
 
 
+def test_a_confirmed_signal_with_json_nested_thousands_deep_is_refused_and_sends_nothing(waiting: Run) -> None:
+    """Issue #40: 5,000-deep JSON in the signal form's confirmation answered 500."""
+    operator = client_for(user("operator", perms=OPERATOR))
+    before = commands_of(waiting)
+    deep = '{"amount": ' * 5000 + "1" + "}" * 5000
+    answer = operator.post(
+        f"/runs/{waiting.id}/signal/",
+        {"signal": "paid", "payload_json": deep, "confirmed": "1", "idempotency_key": "k-deep"},
+    )
+    assert answer.status_code == 400
+    assert commands_of(waiting) == before
+
+
 def test_a_confirmed_signal_reaches_the_run_once(waiting: Run) -> None:
     operator = client_for(user("operator", perms=OPERATOR))
     review = operator.post(f"/runs/{waiting.id}/signal/", {"signal": "paid", "payload/amount": "150.25"})

@@ -279,6 +279,26 @@ def test_the_generated_form_reads_every_supported_type(demo_users: dict[str, Any
     }
 
 
+def test_json_nested_thousands_deep_is_a_form_error_not_a_server_error(demo_users: dict[str, Any]) -> None:
+    """Issue #40: 5,000-deep JSON in a task form's JSON field answered 500."""
+    detailed = FORM.replace(
+        "note: {type: string, maxLength: 10}",
+        "note: {type: string, maxLength: 10}\n            details: {type: object}",
+    )
+    task = _open(detailed, {"number": "F-2"})
+    alice = _client(demo_users["alice"])
+    fields = _form_fields(alice.get(f"/tasks/{task.id}/").content.decode(), "approve")
+    deep = '{"a": ' * 5000 + "1" + "}" * 5000
+    answer = alice.post(
+        f"/tasks/{task.id}/",
+        {**fields, "payload/amount": "2", "payload/level": "3", "payload/on": "2030-01-31", "payload/details": deep},
+    )
+    assert answer.status_code == 422
+    html = answer.content.decode()
+    assert re.search(r'id="f-approve-payload-details-errors"><li>Enter JSON that is nested less deeply.</li>', html)
+    assert not Command.objects.filter(kind="COMPLETION").exists()
+
+
 def test_unreadable_inputs_and_schema_violations_are_reported_together(demo_users: dict[str, Any]) -> None:
     task = _open(FORM, {"number": "F-1"})
     alice = _client(demo_users["alice"])

@@ -68,7 +68,7 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin):
         if change:
             operations.webhook_update(webhook_id=obj.pk, **values)
             return
-        created, secret = operations.webhook_create(**values)
+        created, secret = operations.webhook_create(**values, owner=request.user)
         obj.pk = created.pk
         request._webhook_secrets = [(created, secret)]  # type: ignore[attr-defined]  # for response_add
 

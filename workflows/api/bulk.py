@@ -16,6 +16,7 @@ single-run endpoints'); reading them, view runs. Adapters only: input → ``work
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.http import QueryDict
@@ -177,12 +178,29 @@ class _Query:
         self.query_params = params
 
 
+def _narrows(value: Any) -> bool:
+    """Whether a filter member selects fewer than every run: not empty, not blank, not an empty
+    object (``state: {}`` is contained in every state), not a list of such members."""
+    if isinstance(value, dict):
+        return bool(value)
+    if isinstance(value, list):
+        return any(_narrows(item) for item in value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("{"):  # a JSON object as text (``state``): its members decide
+            try:
+                return _narrows(json.loads(text))
+            except ValueError:
+                return True  # the search refuses it
+        return bool(text)
+    return value is not None
+
+
 def selected_runs(filter: dict[str, Any]) -> Any:
     """The ids of the runs ``filter`` selects, oldest first (lazy), by the runs list's own
     FilterSet; its refusals point into ``/filter``."""
     if not filter:
-        message = "name at least one filter (an empty filter would select every run)"
-        raise InvalidPayload("the filter is empty", violations=[Violation("/filter", "required", message)])
+        raise _empty_filter()
     params = QueryDict(mutable=True)
     bad = []
     for name, value in filter.items():
@@ -218,7 +236,16 @@ def selected_runs(filter: dict[str, Any]) -> Any:
             "invalid filter",
             violations=[Violation("/filter" + v.pointer, v.type, v.message) for v in refused.violations],
         ) from None
+    # every member checked, not only the filter itself: {"state": {}} (contained in every
+    # state) or an empty list narrows nothing and would select every run as well
+    if not any(_narrows(value) for value in filter.values()):
+        raise _empty_filter()
     return runs.order_by("created_at", "id").values_list("id", flat=True)
+
+
+def _empty_filter() -> InvalidPayload:
+    message = "name at least one filter (an empty filter would select every run)"
+    return InvalidPayload("the filter is empty", violations=[Violation("/filter", "required", message)])
 
 
 def as_dict(record: Any, counts: dict[str, int]) -> dict[str, Any]:

@@ -94,17 +94,19 @@ IF_MATCH = OpenApiParameter(
     "If-Match",
     {"type": "string", "pattern": IF_MATCH_PATTERN},
     OpenApiParameter.HEADER,
-    description='the run\'s ETag as read (`"<state_version>"`, a list of them, or `*`): the write is made only '
-    "while the run is at that state version (compared under the run's lock), otherwise 412 "
-    "STATE_VERSION_MISMATCH and nothing is recorded; without it the write is unconditional",
-    examples=[OpenApiExample("the state version read", value='"3"')],
+    description='the run\'s ETag as read (`"<state_version>.<sequence>"`, a list of them, or `*`): the write is '
+    "made only while the run is as read (compared under the run's lock, and the write itself changes the tag: "
+    "of concurrent writers holding one tag one wins), otherwise 412 STATE_VERSION_MISMATCH and nothing is "
+    "recorded; without it the write is unconditional",
+    examples=[OpenApiExample("the ETag read", value='"3.7"')],
 )
 ETAG = OpenApiParameter(
     "ETag",
     OpenApiTypes.STR,
     OpenApiParameter.HEADER,
     response=[200],
-    description='`"<state_version>"` (strong): send it back in If-Match to condition a write on this state',
+    description='`"<state_version>.<sequence>"` (strong): send it back in If-Match to condition a write on the run '
+    "as read",
 )
 RUN_LOCATION = OpenApiParameter(
     "Location", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[202], description="the run"
@@ -147,32 +149,40 @@ def idempotency_key(request: Request) -> str | None:
 
 
 def run_etag(run: dict[str, Any]) -> str:
-    """The run's ETag: its state version, strong. A strong tag, because If-Match compares
-    strongly (RFC 9110 §13.1.1: a weak tag never matches there) and conditioning a write on
-    the state is what it is for. It names the run's state, not the bytes of the answer (the
-    status or the waits can change within one state version), so the API answers no 304."""
-    return f'"{run["state_version"]}"'
+    """The run's ETag, strong: ``"<state_version>.<next command sequence>"``. A strong tag,
+    because If-Match compares strongly (RFC 9110 §13.1.1: a weak tag never matches there) and
+    conditioning a write on the run is what it is for. Every write a tag admits records a
+    command and so advances the sequence: the tag is a compare-and-set, one write wins and
+    every other holding the same tag is 412 (a tag of the state version alone let ten
+    concurrent writers through, issue #40). It names the run, not the bytes of the answer, so
+    the API answers no 304."""
+    return f'"{run["state_version"]}.{run["next_seq"]}"'
+
+
+_RUN_TAG = re.compile(r"([0-9]{1,10})\.([0-9]{1,10})")
 
 
 def if_match(request: Request) -> operations.ExpectedVersion:
-    """The state versions ``If-Match`` admits: None without the header or with ``*`` (any
-    current run); weak or non-numeric tags never match (an empty set: 412). A header that is
-    no list of entity tags is 400 INVALID_PAYLOAD, the value not repeated."""
+    """The run tags ``If-Match`` admits, as (state version, next sequence): None without the
+    header or with ``*`` (any current run); weak tags and tags that are no run's ETag (a bare
+    state version included) never match (an empty set: 412). A header that is no list of
+    entity tags is 400 INVALID_PAYLOAD, the value not repeated."""
     header = request.headers.get("If-Match")
     if header is None or header.strip() == "*":
         return None
-    versions: set[int] = set()
+    versions: set[tuple[int, int]] = set()
     for item in header.split(","):
         tag = _ENTITY_TAG.fullmatch(item)
         if tag is None:
-            message = 'a list of entity tags ("<state_version>") or *'
+            message = 'a list of entity tags ("<state_version>.<sequence>") or *'
             raise InvalidPayload(
                 "the If-Match header is not a list of entity tags",
                 violations=[Violation(pointer="", type="header", message=message)],
             )
         weak, opaque = tag.groups()
-        if not weak and opaque.isdigit() and opaque.isascii():
-            versions.add(int(opaque))
+        found = None if weak else _RUN_TAG.fullmatch(opaque)
+        if found is not None:
+            versions.add((int(found.group(1)), int(found.group(2))))
     return versions
 
 

@@ -201,7 +201,7 @@ class WebhooksView(ApiView):
     )
     def post(self, request: Request) -> Response:
         data = valid(WebhookInput, request.data)
-        subscription, secret = operations.webhook_create(**data)
+        subscription, secret = operations.webhook_create(**data, owner=request.user)
         return Response(WebhookWithSecretOut(webhook_dict(subscription, secret)).data, status=status.HTTP_201_CREATED)
 
 

@@ -128,11 +128,21 @@ class _Meter:
         self.size = MAX_EVALUATION_SIZE
         self.cpu_started = time.thread_time()
         self.allowance = _ALLOWANCE.get()
+        self.wall_deadline = time.monotonic() + MAX_EVALUATION_WALL_MS / 1000
+        if self.allowance is not None:
+            self.wall_deadline = min(self.wall_deadline, self.allowance[1])
+        self.cpu_deadline = self.cpu_started
+        self.inputs_converted()
+
+    def inputs_converted(self) -> None:
+        """The expression's own CPU budget starts now, after its inputs were converted; the
+        conversion still counts against the wall-clock backstop and the segment's allowance
+        (``close`` charges everything since the meter started)."""
+        now = time.thread_time()
         cpu = MAX_EVALUATION_CPU_MS / 1000
         if self.allowance is not None:
-            cpu = min(cpu, self.allowance[0])
-        self.cpu_deadline = self.cpu_started + cpu
-        self.wall_deadline = time.monotonic() + MAX_EVALUATION_WALL_MS / 1000
+            cpu = min(cpu, self.allowance[0] - (now - self.cpu_started))
+        self.cpu_deadline = now + cpu
         # id -> (value, deep size) of the containers already measured: a macro whose body
         # returns the same large value each time measures it once (the value is kept alive so
         # its id cannot be reused within the evaluation)
@@ -187,21 +197,59 @@ class _Meter:
 
 _METER: contextvars.ContextVar[_Meter | None] = contextvars.ContextVar("cel_meter", default=None)
 # the CPU seconds left to the evaluations of the current segment (a one-item list, shared)
+# and the monotonic time by which they must be done: [cpu seconds left, wall deadline]
 _ALLOWANCE: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("cel_allowance", default=None)
+# The CEL values of the current segment's large inputs (``state``, ``payload``), each converted
+# once: id -> (the value, kept alive so its id is not reused; its conversion). A 260 KB state
+# cost ~170 ms to convert, and converting it for each of a decision's 250 routes, outside every
+# bound, held a worker past its lease. The engine copies a state it changes (a new object, a new
+# entry); a callback could change one in place, so calling one forgets them (``forget_inputs``).
+_CONVERTED: contextvars.ContextVar[dict[int, tuple[Any, Any]] | None] = contextvars.ContextVar(
+    "cel_converted", default=None
+)
+CONVERTED_INPUTS = ("state", "payload")
+MAX_CONVERTED_KEPT = 4
 
 
 @contextlib.contextmanager
-def evaluation_allowance(cpu_seconds: float | None = None) -> Iterator[None]:
+def evaluation_allowance(cpu_seconds: float | None = None, wall_seconds: float | None = None) -> Iterator[None]:
     """Every evaluation inside shares ``cpu_seconds`` of CPU (default
-    MAX_SEGMENT_EVALUATION_CPU_MS): once it is spent, each further evaluation fails at once with
-    "evaluation budget exceeded (time)". The engine opens one per segment, so a segment cannot
-    spend more than that on expressions whatever its plan loops through."""
+    MAX_SEGMENT_EVALUATION_CPU_MS), converting its inputs included, and ends by ``wall_seconds``
+    from now (default: no sooner than each evaluation's own backstop): once either is spent,
+    each further evaluation fails at once with "evaluation budget exceeded (time)". The engine
+    opens one per segment, so a segment cannot spend more than that on expressions whatever its
+    plan loops through, and it converts each state it evaluates over once."""
     seconds = MAX_SEGMENT_EVALUATION_CPU_MS / 1000 if cpu_seconds is None else cpu_seconds
-    token = _ALLOWANCE.set([seconds])
+    wall = time.monotonic() + (float("inf") if wall_seconds is None else wall_seconds)
+    token = _ALLOWANCE.set([seconds, wall])
+    converted = _CONVERTED.set({})
     try:
         yield
     finally:
+        _CONVERTED.reset(converted)
         _ALLOWANCE.reset(token)
+
+
+def forget_inputs() -> None:
+    """Drop the segment's converted inputs (a callback may have changed a state in place)."""
+    cache = _CONVERTED.get()
+    if cache:
+        cache.clear()
+
+
+def _input(name: str, value: Any) -> Any:
+    """``value`` as CEL, converted once per segment for the large inputs (see _CONVERTED)."""
+    cache = _CONVERTED.get()
+    if cache is None or name not in CONVERTED_INPUTS or not isinstance(value, dict | list):
+        return to_cel(value)
+    known = cache.get(id(value))
+    if known is not None and known[0] is value:
+        return known[1]
+    converted = to_cel(value)
+    if len(cache) >= MAX_CONVERTED_KEPT:
+        cache.pop(next(iter(cache)))
+    cache[id(value)] = (value, converted)
+    return converted
 
 
 class _BoundedEvaluator(Evaluator):
@@ -641,10 +689,11 @@ class CelComputation:
         evaluation."""
         for label, tree in self.entries:
             try:
-                context = {name: to_cel(variables.get(name)) for name in self.variables if name in variables}
                 meter = _Meter()
                 token = _METER.set(meter)
                 try:
+                    context = {name: _input(name, variables.get(name)) for name in self.variables if name in variables}
+                    meter.inputs_converted()
                     from_cel(_BoundedEvaluator(tree, self.runner.new_activation(), meter).evaluate(context), 0, meter)
                 finally:
                     _METER.reset(token)
@@ -655,14 +704,19 @@ class CelComputation:
         return failed
 
     def _evaluate(self, variables: Mapping[str, Any]) -> Any:
-        context = {name: to_cel(variables.get(name)) for name in self.variables if name in variables}
-        # The bounds start after the inputs are converted: their size is the payload bounds'
-        # business, and a large legitimate state must not eat the expression's own budget.
+        # The meter starts before the inputs are converted: the conversion counts against the
+        # evaluation's wall-clock backstop and the segment's allowance (a spent one fails before
+        # converting anything). The expression's own CPU budget starts after it: the inputs'
+        # size is the payload bounds' business, and a large legitimate state converted once
+        # per segment must not eat the budget of the expression that happens to convert it.
         meter = _Meter()
-        evaluator = _BoundedEvaluator(self.ast, self.runner.new_activation(), meter)
         token = _METER.set(meter)
         try:
+            meter.clock()
+            context = {name: _input(name, variables.get(name)) for name in self.variables if name in variables}
+            meter.inputs_converted()
             meter.clock()  # a spent segment allowance fails before the first node
+            evaluator = _BoundedEvaluator(self.ast, self.runner.new_activation(), meter)
             return from_cel(evaluator.evaluate(context), 0, meter)
         except _BudgetExceeded as exceeded:
             raise ExpressionFailed(f"expression failed: evaluation budget exceeded ({exceeded.kind})") from None

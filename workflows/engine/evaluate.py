@@ -76,21 +76,55 @@ def apply_set(comp: Computation | None, state: Any, variables: Mapping[str, Any]
     return result
 
 
-def render(template: str, variables: Mapping[str, Any]) -> str:
-    """``{{ state.number }}`` placeholders filled from dotted paths (missing → empty)."""
+def bounded_text(text: str, *, step: str, field: str) -> str:
+    """``text`` if it is within ``EXECUTOR.MAX_RENDERED_CHARS``; else the step fails, value-free."""
+    limit = _rendered_limit()
+    if len(text) > limit:
+        raise DeterministicFailure(f"TEXT_TOO_LARGE: {field} of step {step} is longer than {limit} characters")
+    return text
 
-    def lookup(match: re.Match[str]) -> str:
-        value: Any = variables
-        for part in match.group(1).split("."):
-            if isinstance(value, Mapping) and part in value:
-                value = value[part]
-            else:
-                return ""
-        if value is None:
+
+def _rendered_limit() -> int:
+    from workflows import conf
+
+    return int(conf.get().EXECUTOR.MAX_RENDERED_CHARS)
+
+
+def render(template: str, variables: Mapping[str, Any], *, step: str = "", field: str = "text") -> str:
+    """``{{ state.number }}`` placeholders filled from dotted paths (missing → empty).
+
+    The result is bounded by ``EXECUTOR.MAX_RENDERED_CHARS``: a template that would exceed it
+    fails the step (TEXT_TOO_LARGE, value-free) as soon as the pieces add up past it, so the
+    oversized text is never built (360 ``{{ state.s }}`` over a 260 KB value made a 93.6 MB
+    task row once)."""
+    limit = _rendered_limit()
+    pieces: list[str] = []
+    size = 0
+    position = 0
+    text = template or ""
+    for match in _PLACEHOLDER.finditer(text):
+        for piece in (text[position : match.start()], _lookup(match.group(1), variables)):
+            size += len(piece)
+            if size > limit:
+                raise DeterministicFailure(f"TEXT_TOO_LARGE: {field} of step {step} is longer than {limit} characters")
+            pieces.append(piece)
+        position = match.end()
+    pieces.append(text[position:])
+    if size + len(pieces[-1]) > limit:
+        raise DeterministicFailure(f"TEXT_TOO_LARGE: {field} of step {step} is longer than {limit} characters")
+    return "".join(pieces)
+
+
+def _lookup(path: str, variables: Mapping[str, Any]) -> str:
+    value: Any = variables
+    for part in path.split("."):
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        else:
             return ""
-        return str(value)
-
-    return _PLACEHOLDER.sub(lookup, template or "")
+    if value is None:
+        return ""
+    return str(value)
 
 
 def call_callback(name: str, category: str, variables: Mapping[str, Any]) -> Any:
@@ -98,12 +132,13 @@ def call_callback(name: str, category: str, variables: Mapping[str, Any]) -> Any
 
     Raises LookupError when no callback of that name and category is registered.
     """
-    from workflows.definitions import catalogs
+    from workflows.definitions import catalogs, expressions
 
     catalogs.ensure_discovered()
     callback = catalogs.callbacks.get(name, category)
     if callback is None:
         raise LookupError("callback not registered")
+    expressions.forget_inputs()  # the callback may change a state in place
     if callback.var_keyword:
         return callback.func(**variables)
     return callback.func(**{p: variables[p] for p in callback.params if p in variables})

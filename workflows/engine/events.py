@@ -61,7 +61,6 @@ EVENT_OF_ENTRY: dict[str, str] = {
 _EVENT_IDS = uuid.UUID("5d1c3a52-8f0e-4f57-9a43-2b7d0c6f1e90")  # the uuid5 namespace of event ids
 SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32
-TIMEOUT_SECONDS = 10.0
 
 
 def event_id(run_id: Any, seq: int) -> str:
@@ -107,7 +106,9 @@ def recorded(buffer: HistoryBuffer, rows: list[dict[str, Any]]) -> None:
         commands[event.id] = row.get("command_id")
     if not found:
         return
-    inline = wakeups.delivers_inline()
+    # never claimed inline by the executor's process: a delivery waits on a receiver, so it
+    # goes to the outbound queue's worker (WORKFLOWS["OUTBOUND"]["QUEUE"])
+    inline = False
     from workflows.engine.outbox.recording import lease_seconds
 
     items = [
@@ -157,9 +158,40 @@ def new_secret() -> str:
 
 def signature(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     """``v1,<base64 HMAC-SHA256 of "id.timestamp.body">`` keyed with the secret's bytes."""
-    key = base64.b64decode(secret.removeprefix(SECRET_PREFIX))
+    return sign(base64.b64decode(secret.removeprefix(SECRET_PREFIX)), message_id, timestamp, body)
+
+
+def sign(key: bytes, message_id: str, timestamp: int, body: bytes) -> str:
+    """A Standard Webhooks signature (``v1,<base64>``) over id, timestamp and body."""
     signed = f"{message_id}.{timestamp}.".encode() + body
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode("ascii")
+
+
+REPLAY_WINDOW_SECONDS = 300
+
+
+def verify(
+    key: bytes,
+    headers: dict[str, str],
+    body: bytes,
+    *,
+    tolerance_seconds: int = REPLAY_WINDOW_SECONDS,
+    now: float | None = None,
+) -> bool:
+    """What a receiver checks (Standard Webhooks): one of ``webhook-signature``'s ``v1,``
+    signatures is the HMAC of ``webhook-id``, ``webhook-timestamp`` and the body, and the
+    timestamp is within ``tolerance_seconds`` of now, so a captured call replayed later, or with
+    another id or timestamp, is refused. ``headers`` with lower-case names."""
+    message_id = headers.get("webhook-id", "")
+    try:
+        timestamp = int(headers.get("webhook-timestamp", ""))
+    except ValueError:
+        return False
+    current = time.time() if now is None else now
+    if not message_id or abs(current - timestamp) > tolerance_seconds:
+        return False
+    expected = sign(key, message_id, timestamp, body)
+    return any(hmac.compare_digest(expected, given) for given in headers.get("webhook-signature", "").split())
 
 
 def _error_text(exc: BaseException) -> str:
@@ -168,6 +200,8 @@ def _error_text(exc: BaseException) -> str:
         return exc.reason[:255]
     if isinstance(exc, ssl.SSLError | ssl.CertificateError):
         return "the TLS handshake or the certificate check failed"
+    if isinstance(exc, webhooks.AttemptTimedOut):
+        return "the receiver did not answer within the attempt's deadline"
     if isinstance(exc, TimeoutError | socket.timeout):
         return "the receiver did not answer in time"
     if isinstance(exc, OSError):
@@ -185,6 +219,10 @@ def deliver(intent: dict[str, Any]) -> None:
         raise webhooks.UndeliverableTarget("the webhook subscription was deleted")
     if not sub["active"]:
         raise webhooks.UndeliverableTarget("the webhook subscription is inactive")
+    if sub["owner"] and not _owner_may_view_runs(str(sub["owner"])):
+        # an event carries a run's metadata: only for an owner who may read runs (checked at
+        # every attempt, so a permission withdrawn later stops the deliveries)
+        raise webhooks.UndeliverableTarget("the webhook subscription's owner may not view runs")
     payload = intent["payload"] or {}
     message_id = str(payload.get("id", ""))
     body = db.dumps(payload).encode("utf-8")
@@ -202,7 +240,9 @@ def deliver(intent: dict[str, Any]) -> None:
     error = ""
     try:
         # the service steps' vetted connection: a public address or an allowed network, no redirect
-        status = webhooks.post(sub["url"], body, headers, timeout=TIMEOUT_SECONDS)
+        # one deadline for the whole attempt (WORKFLOWS["OUTBOUND"]["ATTEMPT_SECONDS"]): a status
+        # is logged only when the whole answer arrived in time
+        status = webhooks.post(sub["url"], body, headers)
     except Exception as exc:
         error = _error_text(exc)
         raise
@@ -214,6 +254,13 @@ def deliver(intent: dict[str, Any]) -> None:
             log.warning("writing the webhook attempt of intent %s failed", intent["id"], exc_info=True)
     if status >= 300:
         raise RuntimeError("the webhook receiver answered an error status")
+
+
+def _owner_may_view_runs(owner: str) -> bool:
+    from workflows import access, users
+
+    user = users.named(users.active_users(), owner).first()
+    return user is not None and access.has(user, access.Capability.VIEW_RUNS)
 
 
 def redeliver(intent_id: int) -> None:

@@ -332,7 +332,9 @@ def restore(paths: Iterable[str | os.PathLike[str]]) -> RestoreReport:
     """Load archived runs back, all files in one transaction: each table's rows exactly as
     they were archived (``jsonb_populate_recordset``). A run that is stored already is skipped
     whole, so restoring a file twice, or a run archived twice, is harmless. A restored run whose
-    caller is neither stored nor restored loses that link (``parent_run_id`` null)."""
+    caller is neither stored nor restored loses that link (``parent_run_id`` null). A line that
+    holds a row of another run than its own (a tampered or spliced archive) is refused before
+    anything is written, and with it the whole restore: live runs are never touched."""
     report = RestoreReport()
     restored: list[Any] = []
     with transaction.atomic(), connection.cursor() as cur:
@@ -347,12 +349,30 @@ def restore(paths: Iterable[str | os.PathLike[str]]) -> RestoreReport:
                         raise ValueError(f"{os.fspath(path)}: line {number} is not JSON") from None
                     if not isinstance(item, dict) or item.get("format") != ARCHIVE_FORMAT:
                         raise ValueError(f"{os.fspath(path)}: line {number} is not a run archive line")
+                    if _holds_foreign_rows(cur, line):
+                        # the transaction rolls back: nothing of any file is restored
+                        raise ValueError(
+                            f"{os.fspath(path)}: line {number} holds rows of another run than its own; "
+                            "nothing was restored"
+                        )
                     run_id = _restore_line(cur, line, report)
                     if run_id is not None:
                         restored.append(run_id)
         if restored:
             cur.execute(SQL.unlink_missing_parents, [restored])
     return report
+
+
+# the tables whose rows carry their run's id (effect markers name a command of the run instead)
+_RUN_ID_TABLES = [name for name, _table in TABLES[1:] if name != "effect_markers"]
+
+
+def _holds_foreign_rows(cur: Any, line: str) -> bool:
+    """Whether the line holds a row of another run than the one it restores: restoring it would
+    write into that run (a signal injected into a live run), so the whole restore is refused."""
+    cur.execute(SQL.foreign_rows, {"line": line, "tables": _RUN_ID_TABLES})
+    row = cur.fetchone()
+    return bool(row and row[0])
 
 
 def _restore_line(cur: Any, line: str, report: RestoreReport) -> Any:

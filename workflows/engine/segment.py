@@ -94,14 +94,17 @@ def run(
     the transaction rolls back whole and the segment runs again with them."""
     claim = _Claim(command_id, run_id, token, plan, executor_id, deadline, max_steps, kind)
     opened: list[_Claim] = []
-    # the segment's expressions share one CPU allowance (a third of the lease at most): a plan
-    # looping through costly expressions fails deterministically instead of outliving its lease
-    allowance = min(expressions.MAX_SEGMENT_EVALUATION_CPU_MS / 1000, conf.get().EXECUTOR.LEASE_SECONDS / 3)
+    # the segment's expressions share one CPU allowance (a third of the lease at most) and must
+    # be done within half the lease by the clock (a loaded machine stretches CPU time): a plan
+    # looping through costly expressions, or over a large state, fails deterministically on its
+    # first attempt instead of outliving its lease and being claimed again
+    lease = conf.get().EXECUTOR.LEASE_SECONDS
+    allowance = min(expressions.MAX_SEGMENT_EVALUATION_CPU_MS / 1000, lease / 3)
     try:
-        with expressions.evaluation_allowance(allowance):
+        with expressions.evaluation_allowance(allowance, lease / 2):
             return _run(claim, optimistic=True, opening=opening, opened=opened)
     except RedoWithSavepoints:
-        with expressions.evaluation_allowance(allowance):
+        with expressions.evaluation_allowance(allowance, lease / 2):
             return _run(opened[0] if opened else claim, optimistic=False)
 
 

@@ -31,6 +31,9 @@ class WebhookSubscription(models.Model):
         help_text=_("Only this definition's runs (blank: all)."),
     )
     active = models.BooleanField(_("active"), default=True)
+    # who made it (the user's USERNAME_FIELD): its events carry run metadata, so they are
+    # delivered only while this user may view runs; blank for subscriptions made before owners
+    owner = models.CharField(_("owner"), max_length=255, blank=True, default="", editable=False)
     secret = models.CharField(max_length=100, editable=False)
     # the secret a rotation replaced still signs (a second signature) until this time
     previous_secret = models.CharField(max_length=100, blank=True, default="", editable=False)

@@ -66,6 +66,8 @@ def run_dict(run: Run) -> dict[str, Any]:
         "updated_at": run.updated_at,
         "failure": {"code": run.failure_code, "message": run.failure_message} if run.failure_code else None,
         "waits": waits,
+        # not shown: with the state version, the run's ETag (each recorded command advances it)
+        "next_seq": run.next_seq,
     }
 
 

@@ -36,8 +36,8 @@ def email(drive: Drive, step: EmailStep) -> Outcome:
         recipients = [recipients]
     if not isinstance(recipients, list) or not all(isinstance(r, str) for r in recipients):
         raise step_failed(step.id, "to", f"must give an address or a list of addresses, gave {json_kind(recipients)}")
-    subject = render(step.subject, variables)
-    body = render(step.body, variables)
+    subject = render(step.subject, variables, step=step.id, field="subject")
+    body = render(step.body, variables, step=step.id, field="body")
     # built and checked before the marker commits: a message the backend would refuse (a line
     # break in the subject or an address, an invalid address) fails the step deterministically
     # instead of leaving an effect that never happened OUTCOME_UNKNOWN

@@ -10,7 +10,7 @@ from typing import Any
 from workflows.definitions.plan import Assignment, HumanTaskStep
 from workflows.engine import db, outbox, pipeline, sql, timers, waits
 from workflows.engine.context import Drive, step_failed
-from workflows.engine.evaluate import evaluate, json_kind, render
+from workflows.engine.evaluate import bounded_text, evaluate, json_kind, render
 from workflows.engine.nodes.base import WAIT, Outcome
 from workflows.engine.nodes.timer import delay_of
 from workflows.engine.outbox import digest
@@ -61,14 +61,21 @@ class Opening:
 def prepare(drive: Drive, step: HumanTaskStep) -> Opening:
     variables = {"state": drive.run["state"]}
     mode, value = resolve_assignment(drive, step.assignment, step.id)
+    # rendered text is bounded (EXECUTOR.MAX_RENDERED_CHARS): past it the step fails at render
+    # time, value-free, and nothing is written
     if step.title_template is not None:
-        title = str(evaluate(step.title_template, variables, step=step.id, field="title") or "")[:500] or step.id
+        computed = str(evaluate(step.title_template, variables, step=step.id, field="title") or "")
+        title = bounded_text(computed, step=step.id, field="title")[:500] or step.id
     else:
-        title = render(step.title, variables)[:500] or step.id
+        title = render(step.title, variables, step=step.id, field="title")[:500] or step.id
     description = (
-        str(evaluate(step.description_template, variables, step=step.id, field="description") or "")
+        bounded_text(
+            str(evaluate(step.description_template, variables, step=step.id, field="description") or ""),
+            step=step.id,
+            field="description",
+        )
         if step.description_template is not None
-        else render(step.description, variables)
+        else render(step.description, variables, step=step.id, field="description")
     )
     snapshot = [
         {"name": d.name, "label": d.label or d.name, "schema": dict(d.payload_schema) if d.payload_schema else None}

@@ -8,8 +8,6 @@ repeat it). Statements: ``engine/sql/outbox_delivery.sql``.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import os
 import threading
@@ -243,11 +241,43 @@ def _webhook(url: str, intent: dict[str, Any]) -> None:
     body = db.dumps(intent["payload"]).encode("utf-8")  # decimals exact, as stored
     from workflows import conf
 
-    signature = hmac.new(conf.webhook_signing_key(), body, hashlib.sha256).hexdigest()
-    headers = {"Content-Type": "application/json", "x-switchyard-signature": f"sha256={signature}"}
-    headers.update({k: v for k, v in (intent["headers"] or {}).items()})
-    # a vetted public address (or an allowed network), no redirect followed: see webhooks.py
-    if webhooks.post(url, body, headers, timeout=10) >= 300:
+    # Standard Webhooks: the signature covers the message id (the intent's idempotency key, the
+    # same on every retry), the attempt's timestamp and the body, so a receiver that checks the
+    # timestamp's window (``events.verify``) refuses a captured call replayed later
+    message_id = str(intent["idempotency_key"])
+    timestamp = int(time.time())
+    headers = {k: v for k, v in (intent["headers"] or {}).items()}
+    headers.update(
+        {
+            "Content-Type": "application/json",
+            "webhook-id": message_id,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": events.sign(conf.webhook_signing_key(), message_id, timestamp, body),
+        }
+    )
+    # a vetted public address (or an allowed network), no redirect followed, one deadline for
+    # the whole attempt: see webhooks.py. The line logged says how long the attempt took and how
+    # it ended (a status only when the whole answer arrived in time), never the target or body.
+    started = time.monotonic()
+    outcome = "no answer"
+    try:
+        status = webhooks.post(url, body, headers)
+        outcome = f"status {status}"
+    except webhooks.AttemptTimedOut:
+        outcome = "timed out (the attempt's deadline)"
+        raise
+    except webhooks.UndeliverableTarget:
+        outcome = "refused by the network policy"
+        raise
+    finally:
+        log.info(
+            "service call of intent %s (attempt %s): %s after %d ms",
+            intent["id"],
+            intent["attempts"],
+            outcome,
+            int((time.monotonic() - started) * 1000),
+        )
+    if status >= 300:
         raise RuntimeError("webhook answered an error status")
 
 

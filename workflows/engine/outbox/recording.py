@@ -23,10 +23,13 @@ SQL = sql.load("outbox_recording")
 
 
 def lease_seconds() -> int:
-    """A delivery's claim lasts as long as an executor lease (WORKFLOWS EXECUTOR.LEASE_SECONDS)."""
+    """A delivery's claim outlasts one whole attempt: the attempt's deadline
+    (``OUTBOUND.ATTEMPT_SECONDS``) plus an executor lease, so the sweep never hands an intent
+    whose attempt is still running to a second worker."""
     from workflows import conf
 
-    return int(conf.get().EXECUTOR.LEASE_SECONDS)
+    settings = conf.get()
+    return int(settings.EXECUTOR.LEASE_SECONDS) + int(settings.OUTBOUND.ATTEMPT_SECONDS)
 
 
 def attribution_headers(actor: Actor, *, full: bool) -> dict[str, str]:
@@ -56,13 +59,19 @@ def _insert(
     key: str,
     headers: dict[str, str],
 ) -> None:
-    """Record an intent. Under ``wakeups.inline_delivery()`` the intent is claimed here, in the
-    segment's transaction, for this process to deliver after commit (compensations excepted:
-    they go out one at a time, in order, through the claim in ``delivery``). Task notices have
-    their own statement (``notice_statement``)."""
+    """Record an intent. Under ``wakeups.inline_delivery()`` a RESUME intent or a registered
+    handler's call is claimed here, in the segment's transaction, for this process to deliver
+    after commit; a webhook is woken for the outbound worker, and compensations go out one at
+    a time, in order, through the claim in ``delivery``. Task notices have their own
+    statement (``notice_statement``)."""
     row_target = target[:2048]
     params = [drive.run["id"], drive.command_id, step, kind, row_target, db.jsonb(payload), db.jsonb(headers), key]
-    inline = kind != "COMPENSATION" and wakeups.delivers_inline()
+    # only work done in this process is delivered by the executor's own process: the resume of
+    # a caller (a command recorded in this database) and a registered handler's call. A webhook
+    # waits on another party, so it goes to the outbound queue's worker
+    # (WORKFLOWS["OUTBOUND"]["QUEUE"]), never the executor's.
+    in_process = kind == "RESUME" or (kind == "SERVICE" and plain_name(target))
+    inline = in_process and wakeups.delivers_inline()
     token = uuid.uuid4() if inline else None
     if inline:
         statement = SQL.insert.format(lease="now() + make_interval(secs => %s)")
@@ -132,7 +141,7 @@ def notice_statement(
     hand its row and the second value to ``notice_recorded``."""
     recipients_sql, recipients_params = recipients_statement(*assignment)
     key = f"notify:{task_id}:{reason}:{seq}"
-    inline = wakeups.delivers_inline()
+    inline = False  # an e-mail waits on the mail server: the outbound queue's worker sends it
     token = uuid.uuid4() if inline else None
     params = [
         drive.run["id"],

@@ -27,7 +27,7 @@ SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'step', step, 'command_id
 -- name: subscription
 -- What a delivery needs of its subscription; the secret a rotation replaced only while it
 -- still signs (database clock).
-SELECT id, url, active,  secret,
+SELECT id, url, active, owner, secret,
     CASE WHEN previous_secret_until > now() THEN previous_secret ELSE '' END AS previous_secret
 FROM workflow_webhook_subscriptions WHERE id = %s
 

@@ -101,3 +101,22 @@ DELETE FROM workflow_dedup WHERE id IN (
 UPDATE workflow_runs r SET parent_run_id = NULL
 WHERE r.id = ANY(%s::uuid[]) AND r.parent_run_id IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM workflow_runs p WHERE p.id = r.parent_run_id)
+
+-- name: foreign_rows
+-- Whether an archive line holds a row that is not its own run's (a tampered or spliced line):
+-- a row of the named tables whose run_id is not the line's run, or an effect marker of a
+-- command the line does not hold. Restore refuses such a line before inserting anything.
+SELECT EXISTS (
+    SELECT 1 FROM unnest(%(tables)s::text[]) AS t(name),
+        jsonb_array_elements(CASE WHEN jsonb_typeof(%(line)s::jsonb -> t.name) = 'array'
+            THEN %(line)s::jsonb -> t.name ELSE '[]'::jsonb END) AS r(row)
+    WHERE (r.row ->> 'run_id') IS DISTINCT FROM (%(line)s::jsonb -> 'run' ->> 'id')
+) OR EXISTS (
+    SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(%(line)s::jsonb -> 'effect_markers') = 'array'
+            THEN %(line)s::jsonb -> 'effect_markers' ELSE '[]'::jsonb END) AS m(row)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(%(line)s::jsonb -> 'commands') = 'array'
+            THEN %(line)s::jsonb -> 'commands' ELSE '[]'::jsonb END) AS c(row)
+        WHERE c.row ->> 'id' = m.row ->> 'command_id'
+    )
+)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -20,6 +22,21 @@ def _moment(text: str) -> dt.datetime:
     if timezone.is_naive(value):
         value = value.replace(tzinfo=dt.UTC)
     return value
+
+
+def _check_archive_dir(path: str, *, given: bool) -> None:
+    """Refuse, before anything is purged, an archive folder that is a file, cannot be made or
+    cannot be written (a clear error instead of a traceback halfway through)."""
+    where = "--archive-dir" if given else "WORKFLOWS['RETENTION']['ARCHIVE_DIR']"
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise CommandError(f"{where} names a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(f"{where} cannot be made ({exc.strerror or 'not a folder'})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise CommandError(f"{where} is not writable")
 
 
 class Command(BaseCommand):
@@ -47,6 +64,8 @@ class Command(BaseCommand):
         if options["batch_size"] is not None and options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
         archive_dir = options["archive_dir"] or conf.get().RETENTION.ARCHIVE_DIR or None
+        if archive_dir and not options["dry_run"]:
+            _check_archive_dir(archive_dir, given=bool(options["archive_dir"]))
         report = operations.purge_runs(
             ended_before=options["ended_before"],
             definition_id=options["definition"],

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.db.models.functions import Now
+from django.db.models.expressions import RawSQL
 from django.test import Client, override_settings
 
 from accounts.forms import LOCKED_MESSAGE
@@ -86,9 +86,10 @@ def test_the_lock_expires_after_the_configured_time(demo_users: dict[str, Any]) 
     assert not sign_in("admin", "admin", "admin").signed_in
 
     # the lock's time passes. The database clock decides, and in this test's transaction its
-    # now() is the transaction's start, which may be long before Python's clock on a busy
-    # machine: move the lock into the past of the database's own clock.
-    SignInFailures.objects.update(locked_until=Now() - timedelta(seconds=1))
+    # now() is the transaction's start, which on a busy machine may be seconds before Python's
+    # clock or the current statement's (Django's Now() is STATEMENT_TIMESTAMP()): move the lock
+    # into the past of the very clock the throttle reads.
+    SignInFailures.objects.update(locked_until=RawSQL("now() - interval '1 second'", ()))
 
     assert sign_in("admin", "admin", "admin").signed_in
 

@@ -94,6 +94,15 @@ def test_a_base_template_whose_layout_draws_none_of_switchyards_blocks_is_warned
     assert "title, content" in messages[0].msg
 
 
+def test_a_base_template_extending_a_layout_that_cannot_be_found_is_warned_not_a_crash(tmp_path: Path) -> None:
+    # an outsider's walk: `check` stopped with TemplateDoesNotExist instead of warning
+    write(tmp_path, "switchyard/base.html", '{% extends "base.html" %}{% block main %}{% endblock %}')
+    with override_settings(TEMPLATES=templates_in(tmp_path)):
+        messages = check_host_integration(None)
+    assert [m.id for m in messages] == ["workflows.W004"]
+    assert "extends a template that cannot be loaded" in messages[0].msg
+
+
 def test_a_bridge_that_hands_the_blocks_to_the_layout_passes(tmp_path: Path) -> None:
     write(tmp_path, "layout.html", LAYOUT)
     write(

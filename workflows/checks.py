@@ -143,7 +143,17 @@ def _base_template_blocks() -> list[CheckMessage]:
                 id="workflows.W004",
             )
         ]
-    drawn = _drawn_blocks(getattr(template, "template", template))
+    try:
+        drawn = _drawn_blocks(getattr(template, "template", template))
+    except (TemplateDoesNotExist, TemplateSyntaxError) as error:  # the layout it extends
+        return [
+            Warning(
+                f"{BASE_TEMPLATE} extends a template that cannot be loaded ({type(error).__name__}): "
+                "Switchyard's pages cannot be drawn.",
+                hint="Check the name in its {% extends %} and your TEMPLATES DIRS. See docs/install.md, step 3.",
+                id="workflows.W004",
+            )
+        ]
     if drawn is None:  # an {% extends %} computed at render time: nothing to say
         return []
     missing = [name for name in PAGE_BLOCKS if name not in drawn]

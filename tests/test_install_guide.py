@@ -420,10 +420,12 @@ def test_a_request_saved_is_approved_in_the_hosts_layout_and_the_record_updated(
 
     wait_for(lambda: host.leave_status(pk) == "approved", what="the run to update the record", logs=host.logs)
     wait_for(lambda: host.run_with_status(pk, "COMPLETED"), what="the run to complete", logs=host.logs)
-    # the task notice went out (console backend) with a link under SITE_URL
-    worker = host.processes.log("guide-0")
-    assert "New task: Leave for Ada: 3 days" in worker, host.logs()
-    assert f"{host.url}/wf/tasks/" in worker, host.logs()
+    # the task notice went out (console backend) with a link under SITE_URL, from the worker of
+    # the outbound queue (the guide's second `start` line), never the executor's
+    outbound = host.processes.log("guide-1")
+    assert "New task: Leave for Ada: 3 days" in outbound, host.logs()
+    assert f"{host.url}/wf/tasks/" in outbound, host.logs()
+    assert "New task:" not in host.processes.log("guide-0"), host.logs()
     assert run_id
 
 

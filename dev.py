@@ -414,9 +414,11 @@ def command_test(args: argparse.Namespace, pytest_args: list[str]) -> int:
         or ("no:xdist" in pytest_args)
     )
     if not serial and test_workers() > 1:
-        # loadgroup: the tests of a module marked `xdist_group` share one worker (and so its
-        # module-scoped host project or receiver); every other test goes wherever a worker is free
-        options += ["-n", str(test_workers()), "--dist", "loadgroup"]
+        # plain load balancing keeps each worker's tests in collection order (tests/conftest.py
+        # puts those that use the Celery worker last). Note: with pytest 9 pytest-xdist's
+        # loadgroup does not group (xdist_group marks are ignored), so a module fixture may be
+        # built once per worker and must be safe for that (ports and names of its own).
+        options += ["-n", str(test_workers())]
     if not has_option(pytest_args, "--durations"):
         options += [f"--durations={SLOWEST_SHOWN}", "--durations-min=1.0"]
     if args.coverage:

@@ -47,6 +47,17 @@ def _fast_password_hashing() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _callbacks_discovered() -> None:
+    """Every installed app's ``workflow_callbacks`` imported once, as the product's first use
+    does, before any test can narrow INSTALLED_APPS (tests/test_checks.py does): discovery runs
+    once per process, and under pytest-xdist whichever test comes first in a worker would
+    otherwise decide what that worker's registry holds."""
+    from workflows.definitions import catalogs
+
+    catalogs.ensure_discovered()
+
+
 # --- Celery ------------------------------------------------------------------------------
 
 

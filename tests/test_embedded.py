@@ -31,7 +31,6 @@ from tests.support.processes import ROOT
 from tests.support.waiting import eventually
 
 pytestmark = [
-    pytest.mark.xdist_group("embedded"),  # its module-scoped fixture is built once, on one worker
     pytest.mark.slow,
 ]
 

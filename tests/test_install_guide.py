@@ -60,7 +60,6 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
 pytestmark = [
-    pytest.mark.xdist_group("install-guide"),  # its module-scoped fixture is built once, on one worker
     pytest.mark.e2e,
     pytest.mark.browser,
     pytest.mark.slow,

@@ -24,7 +24,6 @@ from workflows.engine import wakeups
 from workflows.models import Run
 
 pytestmark = [
-    pytest.mark.xdist_group("solo-worker"),  # its module-scoped fixture is built once, on one worker
     pytest.mark.services,
     pytest.mark.e2e,
     pytest.mark.django_db(transaction=True),

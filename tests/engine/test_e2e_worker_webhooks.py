@@ -29,7 +29,6 @@ from workflows.engine import wakeups
 from workflows.models import OutboxIntent, Task
 
 pytestmark = [
-    pytest.mark.xdist_group("webhook-receiver"),  # its module-scoped fixture is built once, on one worker
     pytest.mark.e2e,
     pytest.mark.django_db(transaction=True),
 ]

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +24,10 @@ from workflows.engine import outbox
 from workflows.exceptions import WorkflowError
 from workflows.models import Command, Dedup, EffectMarker, OutboxIntent, Run
 
-pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.reliability,
+    pytest.mark.django_db(transaction=True),
+]
 
 SIMPLE = """
 definitionId: sec-small
@@ -342,7 +346,9 @@ def test_an_assignee_with_a_broken_address_does_not_keep_the_notice_from_the_oth
 # 127.0.0.1. Targets are now resolved and refused unless public or in SERVICES.ALLOWED_NETWORKS;
 # the connection goes to the vetted address and no redirect is followed.
 
-PORT = 8141  # this worktree's port range (8140-8149)
+# a port of this pytest-xdist worker's own (8141, 8161, ...): the receivers listen on it; test
+# ids never hold it (every worker must collect the same ids)
+PORT = 8141 + 20 * int((os.environ.get("PYTEST_XDIST_WORKER") or "gw0").removeprefix("gw") or 0)
 SERVICE = """
 definitionId: sec-hook
 definitionVersion: 1
@@ -498,6 +504,7 @@ def _deliver_service(deploy: Callable[..., Any], drain: Callable[..., int], targ
 @pytest.mark.parametrize(
     "target",
     [f"https://127.0.0.1:{PORT}/hook", f"https://localhost:{PORT}/hook", f"https://[::ffff:127.0.0.1]:{PORT}/hook"],
+    ids=["127.0.0.1", "localhost", "ipv4-mapped"],
 )
 def test_a_service_target_on_loopback_is_refused_without_connecting(
     deploy: Callable[..., Any], drain: Callable[..., int], listener: _Listener, target: str
@@ -567,7 +574,11 @@ def test_an_allow_listed_https_receiver_gets_the_delivery(
     assert https_receiver["requests"] == 1
 
 
-@pytest.mark.parametrize("location", ["http://127.0.0.1:8142/plain", "https://example.com/elsewhere", "/same-host"])
+@pytest.mark.parametrize(
+    "location",
+    [f"http://127.0.0.1:{PORT + 1}/plain", "https://example.com/elsewhere", "/same-host"],
+    ids=["loopback-http", "elsewhere", "same-host"],
+)
 def test_a_redirect_is_not_followed(
     deploy: Callable[..., Any], drain: Callable[..., int], https_receiver: dict[str, Any], allow: Any, location: str,
 ) -> None:  # fmt: skip

@@ -180,6 +180,13 @@ class CeleryProcesses:
         self.beat = self._spawn(argv, self.beat_log, "test-beat")
         self._wait_for(self.beat, self.beat_log, "beat: Starting...", "Celery beat")
 
+    def stop_beat(self) -> None:
+        """Stop beat: no sweep is sent until ``start_beat()`` (a test that must tell a wake-up's
+        work from the sweep's)."""
+        if self.beat is not None:
+            stop_process_group(self.beat)
+            self.beat = None
+
     # -- both -----------------------------------------------------------------------------
     def stop(self) -> None:
         for proc in (self.beat, self.worker, self.outbound_worker):

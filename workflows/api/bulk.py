@@ -240,6 +240,13 @@ def selected_runs(filter: dict[str, Any]) -> Any:
     # state) or an empty list narrows nothing and would select every run as well
     if not any(_narrows(value) for value in filter.values()):
         raise _empty_filter()
+    # an empty state object is refused even beside other members, as the schema says
+    # (minProperties 1): it never narrows anything
+    if "state" in filter and isinstance(filter["state"], dict | str) and not _narrows(filter["state"]):
+        raise InvalidPayload(
+            "invalid filter",
+            violations=[Violation("/filter/state", "minProperties", "name at least one key of the state")],
+        )
     return runs.order_by("created_at", "id").values_list("id", flat=True)
 
 

@@ -287,7 +287,8 @@ def object_schema(search: type[Search]) -> dict[str, Any]:
         if isinstance(item, df.MultipleChoiceFilter):
             schema = {"oneOf": [schema["items"], {**schema, "minItems": 1}]}
         elif isinstance(item, ContainsFilter):
-            schema = {"type": "object"}
+            # an empty object is contained in every state: it would narrow nothing (refused)
+            schema = {"type": "object", "minProperties": 1}
         description = str(item.extra.get("help_text", ""))
         properties[name] = {**schema, "description": description} if description else schema
     return {"type": "object", "minProperties": 1, "additionalProperties": False, "properties": properties}

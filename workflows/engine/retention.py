@@ -364,7 +364,9 @@ def restore(paths: Iterable[str | os.PathLike[str]]) -> RestoreReport:
 
 
 # the tables whose rows carry their run's id (effect markers name a command of the run instead)
-_RUN_ID_TABLES = [name for name, _table in TABLES[1:] if name != "effect_markers"]
+# rows with a run_id of their own; effect markers (by command) and webhook attempts (by outbox
+# intent) are checked against the line's own commands and intents instead
+_RUN_ID_TABLES = [name for name, _table in TABLES[1:] if name not in ("effect_markers", "webhook_attempts")]
 
 
 def _holds_foreign_rows(cur: Any, line: str) -> bool:

@@ -104,8 +104,8 @@ WHERE r.id = ANY(%s::uuid[]) AND r.parent_run_id IS NOT NULL
 
 -- name: foreign_rows
 -- Whether an archive line holds a row that is not its own run's (a tampered or spliced line):
--- a row of the named tables whose run_id is not the line's run, or an effect marker of a
--- command the line does not hold. Restore refuses such a line before inserting anything.
+-- a row of the named tables whose run_id is not the line's run, an effect marker of a
+-- command the line does not hold, or a webhook attempt of an outbox intent it does not hold. Restore refuses such a line before inserting anything.
 SELECT EXISTS (
     SELECT 1 FROM unnest(%(tables)s::text[]) AS t(name),
         jsonb_array_elements(CASE WHEN jsonb_typeof(%(line)s::jsonb -> t.name) = 'array'
@@ -118,5 +118,13 @@ SELECT EXISTS (
         SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(%(line)s::jsonb -> 'commands') = 'array'
             THEN %(line)s::jsonb -> 'commands' ELSE '[]'::jsonb END) AS c(row)
         WHERE c.row ->> 'id' = m.row ->> 'command_id'
+    )
+) OR EXISTS (
+    SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(%(line)s::jsonb -> 'webhook_attempts') = 'array'
+            THEN %(line)s::jsonb -> 'webhook_attempts' ELSE '[]'::jsonb END) AS a(row)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(%(line)s::jsonb -> 'outbox') = 'array'
+            THEN %(line)s::jsonb -> 'outbox' ELSE '[]'::jsonb END) AS o(row)
+        WHERE o.row ->> 'id' = a.row ->> 'intent_id'
     )
 )
